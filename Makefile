@@ -1,0 +1,28 @@
+# Everything installs into .venv from nothing but Python: `make test` on a fresh clone is what CI runs.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: test demo bench lab clean
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $@
+
+test: $(VENV)/.installed
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+demo: $(VENV)/.installed
+	$(PY) examples/demo.py
+
+lab: $(VENV)/.installed
+	$(PY) examples/lab.py
+
+bench: $(VENV)/.installed
+	$(PY) -m benchmarks.bench_queue
+	$(PY) -m benchmarks.bench_supervisor
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

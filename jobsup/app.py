@@ -1,0 +1,106 @@
+"""The handler registry: `app = App()`, `@app.handler("email", max_attempts=5, timeout=30)`."""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from . import queue
+from .errors import AppNotFound, BadInput, NoHandler
+from .job import Job, JobSpec
+
+HandlerFunc = Callable[[Job], Any]
+
+
+@dataclass(frozen=True)
+class Handler:
+    kind: str
+    func: HandlerFunc
+    max_attempts: int | None = None  # default for jobs of this kind enqueued through the app
+    timeout: float | None = None  # seconds; None means the supervisor's --timeout
+    queue: str | None = None
+    priority: int | None = None
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+
+class App:
+    """The handlers a supervisor's workers run, by kind."""
+
+    def __init__(self) -> None:
+        self.handlers: dict[str, Handler] = {}
+
+    def handler(self, kind: str, *, max_attempts: int | None = None, timeout: float | None = None,
+                queue: str | None = None, priority: int | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
+        if not isinstance(kind, str) or not kind:
+            raise BadInput("a handler needs a kind: a non-empty string")
+        if kind in self.handlers:
+            raise BadInput(f"two handlers for kind {kind!r}")
+
+        def register(func: HandlerFunc) -> HandlerFunc:
+            self.handlers[kind] = Handler(kind, func, max_attempts, timeout, queue, priority)
+            return func
+
+        return register
+
+    def get(self, kind: str) -> Handler:
+        try:
+            return self.handlers[kind]
+        except KeyError:
+            raise NoHandler(f"no handler for {kind}") from None
+
+    def spec(self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None, **opts: Any) -> JobSpec:
+        """A JobSpec whose unset options take the defaults its handler was registered with."""
+        if isinstance(kind, JobSpec):
+            return kind
+        fields = dict(kind) if isinstance(kind, Mapping) else {"kind": kind, "payload": payload, **opts}
+        handler = self.handlers.get(fields.get("kind"))  # type: ignore[arg-type]
+        if handler is not None:
+            for name in ("max_attempts", "queue", "priority"):
+                if getattr(handler, name) is not None:
+                    fields.setdefault(name, getattr(handler, name))
+        try:
+            return JobSpec(**fields)
+        except TypeError as exc:
+            raise BadInput(f"not a job: {exc}") from None
+
+    def enqueue(self, conn: psycopg.Connection, kind: str, payload: Any = None, **opts: Any) -> int | None:
+        return queue.enqueue(conn, self.spec(kind, payload, **opts))
+
+    async def aenqueue(self, conn: psycopg.AsyncConnection, kind: str, payload: Any = None,
+                       **opts: Any) -> int | None:
+        return await queue.aenqueue(conn, self.spec(kind, payload, **opts))
+
+    def enqueue_many(self, conn: psycopg.Connection,
+                     jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+        return queue.enqueue_many(conn, [self.spec(job) for job in jobs])
+
+    async def aenqueue_many(self, conn: psycopg.AsyncConnection,
+                            jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+        return await queue.aenqueue_many(conn, [self.spec(job) for job in jobs])
+
+
+def load_app(target: str) -> App:
+    """The App named by `module:attribute`, or AppNotFound saying what is wrong."""
+    module_name, sep, attr = target.partition(":")
+    if not sep or not module_name or not attr:
+        raise AppNotFound(f"--app must look like module:attribute (e.g. examples.lab:app), not {target!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any import-time error of the user's module is theirs to see
+        raise AppNotFound(f"cannot import {module_name!r} (from --app {target}): "
+                          f"{type(exc).__name__}: {exc}") from exc
+    try:
+        app = getattr(module, attr)
+    except AttributeError:
+        raise AppNotFound(f"module {module_name!r} has no attribute {attr!r} (from --app {target})") from None
+    if not isinstance(app, App):
+        raise AppNotFound(f"{target} is a {type(app).__name__}, not a jobsup App")
+    return app

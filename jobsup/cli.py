@@ -1,0 +1,308 @@
+"""The `jobsup` command: migrate, enqueue, stats, requeue-dead, db, and (from the subpackages) start and top."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from . import __version__, dsn as dsns, embedded
+from .durations import parse_duration
+from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError
+from .job import JobSpec
+
+# Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
+# progress. The whole file still goes in one transaction.
+ENQUEUE_CHUNK = 10_000
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with EXIT_USAGE and one line, like every other refusal of jobsup."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def _duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    return value
+
+
+def _int(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def _iso_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T09:30:00+00:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a time without zone is the local time of the terminal
+    return moment
+
+
+def database_options() -> argparse.ArgumentParser:
+    """--dsn and --data-dir, shared by every command that talks to the database."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("database")
+    group.add_argument("--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; "
+                                     "default: the embedded server of --data-dir)")
+    group.add_argument("--data-dir", help="data directory of the embedded PostgreSQL "
+                                          f"(env JOBSUP_DATA_DIR; default {embedded.DEFAULT_DATA_DIR})")
+    return parent
+
+
+def connect(args: argparse.Namespace, *, check_schema: bool = True):
+    from .migrate import require_schema
+
+    conn = dsns.connect(dsns.resolve(args.dsn, args.data_dir))
+    if check_schema:
+        require_schema(conn)
+    return conn
+
+
+# --- migrate ---------------------------------------------------------------------------------------
+
+def cmd_migrate(args: argparse.Namespace) -> int:
+    from .migrate import LATEST, migrate
+
+    with connect(args, check_schema=False) as conn:
+        applied = migrate(conn)
+    if applied:
+        for m in applied:
+            print(f"applied migration {m.version:04d}_{m.name}")
+    else:
+        print(f"schema up to date (version {LATEST})")
+    return EXIT_OK
+
+
+# --- enqueue ---------------------------------------------------------------------------------------
+
+_FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key"}
+
+
+def _spec_from_line(number: int, line: str) -> JobSpec:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"line {number}: not JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise BadInput(f"line {number}: expected a JSON object with a \"kind\", got {type(obj).__name__}")
+    unknown = set(obj) - _FILE_FIELDS
+    if unknown:
+        raise BadInput(f"line {number}: unknown field(s) {', '.join(sorted(unknown))} "
+                       f"(allowed: {', '.join(sorted(_FILE_FIELDS))})")
+    if "kind" not in obj:
+        raise BadInput(f"line {number}: a job needs a \"kind\"")
+    fields: dict[str, Any] = dict(obj)
+    try:
+        if "delay" in fields:
+            fields["delay"] = parse_duration(fields["delay"])
+        if "run_at" in fields:
+            fields["run_at"] = _iso_time(str(fields["run_at"]))
+        spec = JobSpec(**fields)
+        spec.validate()
+        spec.encoded_payload()
+    except (BadInput, argparse.ArgumentTypeError) as exc:
+        raise BadInput(f"line {number}: {exc}") from None
+    return spec
+
+
+def _read_specs(path: str) -> list[JobSpec]:
+    try:
+        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    specs = []
+    with handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if line.strip():
+                    specs.append(_spec_from_line(number, line))
+        except UnicodeDecodeError:
+            raise BadInput(f"{path} is not UTF-8 text") from None
+    return specs
+
+
+def _enqueue_file(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from .queue import enqueue_many
+
+    specs = _read_specs(args.file)  # all of it is checked before anything is written
+    started = time.perf_counter()
+    inserted = 0
+    with connect(args) as conn, Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("enqueueing", total=len(specs))
+        with conn.transaction():
+            for start in range(0, len(specs), ENQUEUE_CHUNK):
+                chunk = specs[start:start + ENQUEUE_CHUNK]
+                inserted += sum(1 for job_id in enqueue_many(conn, chunk) if job_id is not None)
+                progress.advance(task, len(chunk))
+    skipped = len(specs) - inserted
+    note = f" ({skipped} skipped: unique_key already queued or running)" if skipped else ""
+    print(f"enqueued {inserted} jobs in {time.perf_counter() - started:.2f}s{note}")
+    return EXIT_OK
+
+
+def cmd_enqueue(args: argparse.Namespace) -> int:
+    if args.file:
+        if args.kind or args.payload:
+            raise BadInput("give either KIND [JSON] or --file, not both")
+        return _enqueue_file(args)
+    if not args.kind:
+        raise BadInput("enqueue needs a KIND (or --file jobs.jsonl)")
+    payload: Any = None
+    if args.payload is not None:
+        try:
+            payload = json.loads(args.payload)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"payload is not JSON: {exc.msg} (column {exc.colno})") from None
+    from .queue import enqueue
+
+    spec = JobSpec(args.kind, payload, queue=args.queue, priority=args.priority, delay=args.delay,
+                   run_at=args.run_at, max_attempts=args.max_attempts, unique_key=args.unique_key)
+    spec.validate()
+    spec.encoded_payload()
+    with connect(args) as conn:
+        job_id = enqueue(conn, spec)
+    if job_id is None:
+        print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
+    else:
+        print(f"enqueued job {job_id}")
+    return EXIT_OK
+
+
+# --- stats, requeue-dead, db -------------------------------------------------------------------------
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from .stats import print_snapshot
+    from .visibility import snapshot
+
+    with connect(args) as conn:
+        snap = snapshot(conn, dead_limit=args.dead)
+    if args.json:
+        print(json.dumps(snap.to_json(), indent=2, default=str))
+    else:
+        print_snapshot(snap)
+    return EXIT_OK
+
+
+def cmd_requeue_dead(args: argparse.Namespace) -> int:
+    from .queue import requeue_dead
+
+    with connect(args) as conn:
+        ids = requeue_dead(conn, ids=args.id or None, kind=args.kind, error=args.error)
+    scope = " and ".join(filter(None, [f"kind {args.kind}" if args.kind else "",
+                                       f"error {args.error!r}" if args.error else "",
+                                       f"ids {', '.join(map(str, args.id))}" if args.id else ""]))
+    print(f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''}" + (f" ({scope})" if scope else ""))
+    return EXIT_OK
+
+
+def cmd_db(args: argparse.Namespace) -> int:
+    data_dir = embedded.data_dir_from(args.data_dir)
+    if args.action == "start":
+        print(embedded.ensure_running(data_dir))
+    elif args.action == "url":
+        running = embedded.running_dsn(data_dir)
+        if running is None:
+            print(f"no embedded PostgreSQL is running in {data_dir} (jobsup db start)", file=sys.stderr)
+            return EXIT_FAILURE
+        print(running)
+    elif args.action == "stop":
+        print(f"stopped the embedded PostgreSQL in {data_dir}" if embedded.stop(data_dir)
+              else f"no embedded PostgreSQL was running in {data_dir}")
+    return EXIT_OK
+
+
+# --- the parser ----------------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    from .monitor import cli as monitor_cli
+    from .supervisor import cli as supervisor_cli
+
+    db = database_options()
+    parser = _Parser(prog="jobsup", description="A PostgreSQL job queue with a process supervisor and a console.")
+    parser.add_argument("--version", action="version", version=f"jobsup {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub.required = True
+
+    p = sub.add_parser("migrate", parents=[db], help="create or upgrade the jobsup schema")
+    p.set_defaults(run=cmd_migrate)
+
+    p = sub.add_parser("enqueue", parents=[db], help="enqueue a job, or many from a JSON-lines file",
+                       description="Enqueue KIND with an optional JSON payload, or every line of --file "
+                                   "(one JSON object per line: kind, payload, queue, priority, delay, "
+                                   "run_at, max_attempts, unique_key) in one transaction.")
+    p.add_argument("kind", nargs="?", metavar="KIND")
+    p.add_argument("payload", nargs="?", metavar="JSON")
+    p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
+    p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument("--priority", type=_int, default=0, help="higher runs first (default 0)")
+    p.add_argument("--delay", type=_duration, default=0.0, help="run after this long: 0.4, 400ms, 30s, 5m")
+    p.add_argument("--run-at", type=_iso_time, help="run at this ISO time")
+    p.add_argument("--max-attempts", type=_positive_int, default=3, help="attempts before dead (default 3)")
+    p.add_argument("--unique-key", help="skip if a queued or running job has this key")
+    p.set_defaults(run=cmd_enqueue)
+
+    p = sub.add_parser("stats", parents=[db], help="counts by status and kind, oldest ready job, dead jobs")
+    p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    p.add_argument("--dead", type=_positive_int, default=10, metavar="N", help="dead jobs to list (default 10)")
+    p.set_defaults(run=cmd_stats)
+
+    p = sub.add_parser("requeue-dead", parents=[db], help="queue dead jobs again, attempts reset",
+                       description="Requeue every dead job, or those of --kind / --error / --id.")
+    p.add_argument("--kind", help="only dead jobs of this kind")
+    p.add_argument("--error", help="only dead jobs whose last error is exactly this")
+    p.add_argument("--id", type=_positive_int, action="append", metavar="N", help="only this job (repeatable)")
+    p.set_defaults(run=cmd_requeue_dead)
+
+    p = sub.add_parser("db", parents=[db], help="the embedded PostgreSQL: start, url, stop")
+    p.add_argument("action", choices=["start", "url", "stop"])
+    p.set_defaults(run=cmd_db)
+
+    supervisor_cli.configure(sub.add_parser("start", parents=[db], help="run the supervisor and its workers"))
+    monitor_cli.configure(sub.add_parser("top", parents=[db], help="the live console"))
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import psycopg
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except JobsupError as exc:
+        print(f"jobsup: error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except psycopg.Error as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        print(f"jobsup: database error: {dsns.redact(first)}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main())

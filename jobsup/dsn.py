@@ -1,0 +1,72 @@
+"""Which database to use, how to connect to it, and how to show it without its password.
+
+`--dsn`, else JOBSUP_DSN, else DATABASE_URL, else the embedded server in `--data-dir` / JOBSUP_DATA_DIR.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+import psycopg
+from psycopg import conninfo
+
+from . import embedded
+from .errors import DatabaseUnavailable
+
+_URL_PASSWORD = re.compile(r"(://[^:/@?#]*):[^@/?#]*@")
+_KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+
+
+def redact(dsn: str) -> str:
+    """`dsn` with any password replaced by ***.
+
+    >>> redact("postgresql://app:s3cret@db:5432/app?password=x&sslmode=require")
+    'postgresql://app:***@db:5432/app?password=***&sslmode=require'
+    >>> redact("host=db password='a b' user=app")
+    'host=db password=*** user=app'
+    """
+    dsn = _URL_PASSWORD.sub(r"\1:***@", dsn)
+    dsn = re.sub(r"([?&]password=)[^&#]*", r"\1***", dsn, flags=re.IGNORECASE)
+    return _KV_PASSWORD.sub(r"\1***", dsn)
+
+
+def resolve(dsn: str | None = None, data_dir: str | None = None) -> str:
+    """The DSN to use, starting the embedded server if nothing else names one."""
+    chosen = dsn or os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
+    if chosen:
+        check(chosen)
+        return chosen
+    return embedded.ensure_running(embedded.data_dir_from(data_dir))
+
+
+def check(dsn: str) -> None:
+    """Refuse a string that libpq cannot parse, without echoing it (its error may quote a password)."""
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        raise DatabaseUnavailable(
+            f"not a valid DSN: {redact(dsn)!r} (expected postgresql://user@host/db or 'host=… dbname=…')"
+        ) from None
+
+
+def describe_connect_error(dsn: str, exc: Exception) -> str:
+    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"cannot connect to {redact(dsn)}: {redact(reason)}"
+
+
+def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+    """A connection, or DatabaseUnavailable with a message that names the server but not the password."""
+    check(dsn)
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(describe_connect_error(dsn, exc)) from None
+
+
+async def aconnect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
+    check(dsn)
+    try:
+        return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=10, **kwargs)
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailable(describe_connect_error(dsn, exc)) from None

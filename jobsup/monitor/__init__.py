@@ -1,0 +1,1 @@
+"""`jobsup top`: the live console."""

@@ -1,0 +1,264 @@
+-- Every statement jobsup sends, by name. Python calls them by name (jobsup/sql.py); none is assembled
+-- from strings at run time. Parameters are psycopg's %(name)s placeholders.
+--
+-- The fence of every outcome write (DESIGN.md, invariant 2): a row changes only while it is still
+-- 'running' under the writer's locked_by and the same attempt, so a late result from a supervisor whose
+-- lease was reaped changes nothing.
+
+-- name: enqueue
+INSERT INTO jobsup.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
+VALUES (%(queue)s, %(kind)s, %(payload)s::jsonb, %(priority)s,
+        coalesce(%(run_at)s::timestamptz, now()) + make_interval(secs => %(delay)s::float8),
+        %(max_attempts)s, %(unique_key)s)
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+RETURNING id
+
+-- name: enqueue_many
+-- One statement for any number of jobs. Rows are inserted in input order, so ids ascend with it;
+-- a duplicate unique_key (of a live job, or earlier in the same batch) is skipped.
+INSERT INTO jobsup.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
+SELECT q, k, p::jsonb, pr, coalesce(r, now()) + make_interval(secs => d), m, u
+FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[], %(priorities)s::int[],
+            %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
+            %(unique_keys)s::text[]) WITH ORDINALITY AS t(q, k, p, pr, r, d, m, u, n)
+ORDER BY n
+ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+RETURNING id, unique_key
+
+-- name: claim
+WITH picked AS (
+    SELECT id FROM jobsup.jobs
+    WHERE status = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
+    ORDER BY priority DESC, run_at, id
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE jobsup.jobs j
+SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
+    locked_until = now() + make_interval(secs => %(lease)s::float8), started_at = now()
+FROM picked
+WHERE j.id = picked.id
+RETURNING j.id, j.kind, j.queue, j.payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at
+
+-- name: complete
+WITH done AS (
+    UPDATE jobsup.jobs j
+    SET status = 'done', done_at = now(), locked_until = NULL
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS o(id, attempt)
+    WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    RETURNING j.id, j.kind
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, done)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*) FROM done GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET done = t.done + excluded.done
+)
+SELECT id FROM done
+
+-- name: fail
+-- Retry after min(cap, base * 2^(attempt-1)) seconds, less up to `jitter` of it at random, so the cap
+-- holds and retries of a burst spread out; the attempt that reaches max_attempts buries the job.
+WITH failed AS (
+    UPDATE jobsup.jobs j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+                      ELSE now() + make_interval(secs =>
+                               least(%(backoff_cap)s::float8,
+                                     %(backoff_base)s::float8 * power(2, least(j.attempts - 1, 60)))
+                               * (1 - %(jitter)s::float8 * random())) END,
+        done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        locked_until = NULL,
+        locked_by = CASE WHEN j.attempts >= j.max_attempts THEN j.locked_by END,
+        last_error = o.error,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'error', o.error, 'traceback', o.traceback,
+            'by', %(locked_by)s))
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[], %(tracebacks)s::text[])
+         AS o(id, attempt, error, traceback)
+    WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    RETURNING j.id, j.kind, j.status, j.run_at
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead') FROM failed GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead
+)
+SELECT id, status, run_at FROM failed
+
+-- name: release
+-- Hands back jobs this supervisor holds without counting the attempt: prefetched jobs never started,
+-- and (with a reason) jobs interrupted by shutdown, which are never buried for it.
+WITH released AS (
+    UPDATE jobsup.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
+        started_at = NULL,
+        last_error = coalesce(o.reason, j.last_error),
+        errors = CASE WHEN o.reason IS NULL THEN j.errors
+                      ELSE j.errors || jsonb_build_array(jsonb_build_object(
+                               'attempt', j.attempts, 'at', now(), 'error', o.reason, 'by', %(locked_by)s))
+                 END
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(reasons)s::text[]) AS o(id, attempt, reason)
+    WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    RETURNING j.id, j.queue
+)
+-- PostgreSQL folds identical notifications of one transaction into one: one per queue.
+SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) FROM released
+
+-- name: extend
+UPDATE jobsup.jobs j
+SET locked_until = now() + make_interval(secs => %(lease)s::float8)
+FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS o(id, attempt)
+WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+RETURNING j.id
+
+-- name: reap
+-- Returns jobs whose lease ran out (their supervisor died or stalled). The lost attempt counts, so a job
+-- that keeps killing its supervisor is buried after max_attempts like any other failure.
+WITH expired AS (
+    SELECT id, locked_by FROM jobsup.jobs
+    WHERE status = 'running' AND locked_until < now()
+    ORDER BY locked_until
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED
+), reaped AS (
+    UPDATE jobsup.jobs j
+    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+        done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        run_at = now(), locked_until = NULL, locked_by = NULL,
+        last_error = 'lease expired: ' || coalesce(e.locked_by, '?') || ' stopped renewing it',
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(),
+            'error', 'lease expired: ' || coalesce(e.locked_by, '?') || ' stopped renewing it',
+            'by', %(reaper)s))
+    FROM expired e
+    WHERE j.id = e.id
+    RETURNING j.id, j.kind, j.queue, j.status, e.locked_by
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead') FROM reaped GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead
+), event AS (
+    INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail)
+    SELECT 'reaped', %(reaper)s, count(*), array_agg(id ORDER BY id),
+           jsonb_build_object('from', jsonb_agg(DISTINCT locked_by),
+                              'dead', count(*) FILTER (WHERE status = 'dead'))
+    FROM reaped
+    HAVING count(*) > 0
+)
+SELECT id, kind, status, locked_by, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text)
+FROM reaped
+
+-- name: requeue_dead
+-- Dead jobs back to the queue, attempts reset, their error history kept. Narrowed by ids, kind and
+-- error (NULL means any); a job whose unique_key is live again is left dead rather than duplicated.
+WITH requeued AS (
+    UPDATE jobsup.jobs j
+    SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL, started_at = NULL,
+        locked_by = NULL, locked_until = NULL
+    WHERE j.status = 'dead'
+      AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
+      AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
+      AND (%(error)s::text IS NULL OR j.last_error = %(error)s::text)
+      AND (j.unique_key IS NULL OR NOT EXISTS (
+              SELECT 1 FROM jobsup.jobs o
+              WHERE o.unique_key = j.unique_key AND o.status IN ('queued', 'running')))
+    RETURNING j.id, j.kind, j.queue
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, dead)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, -count(*) FROM requeued GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET dead = t.dead + excluded.dead
+)
+SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) FROM requeued
+
+-- name: live_counts
+-- Queued and running jobs by kind and queue; each half reads only its partial index.
+SELECT kind, queue,
+       count(*) FILTER (WHERE run_at <= now()) AS ready,
+       count(*) FILTER (WHERE run_at > now()) AS scheduled,
+       0::bigint AS running
+FROM jobsup.jobs WHERE status = 'queued' GROUP BY kind, queue
+UNION ALL
+SELECT kind, queue, 0, 0, count(*) FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
+
+-- name: kind_totals
+SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead
+FROM jobsup.kind_totals GROUP BY kind ORDER BY kind
+
+-- name: oldest_ready
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age
+FROM jobsup.jobs WHERE status = 'queued' AND run_at <= now()
+GROUP BY queue ORDER BY queue
+
+-- name: dead_jobs
+SELECT id, kind, queue, attempts, max_attempts, done_at, last_error
+FROM jobsup.jobs WHERE status = 'dead'
+ORDER BY done_at DESC
+LIMIT %(limit)s
+
+-- name: dead_groups
+SELECT kind, last_error, count(*) AS count, max(done_at) AS last_at
+FROM jobsup.jobs WHERE status = 'dead'
+GROUP BY kind, last_error ORDER BY count(*) DESC, kind
+LIMIT %(limit)s
+
+-- name: expiring_leases
+SELECT id, kind, locked_by, attempts, extract(epoch FROM locked_until - now())::float8 AS remaining
+FROM jobsup.jobs WHERE status = 'running'
+ORDER BY locked_until
+LIMIT %(limit)s
+
+-- name: attempts_histogram
+SELECT status, attempts, count(*) AS count FROM (
+    SELECT status, attempts FROM jobsup.jobs WHERE status = 'queued'
+    UNION ALL SELECT status, attempts FROM jobsup.jobs WHERE status = 'running'
+    UNION ALL SELECT status, attempts FROM jobsup.jobs WHERE status = 'dead'
+) live
+GROUP BY status, attempts ORDER BY status, attempts
+
+-- name: job
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
+       started_at, locked_until, locked_by, done_at, last_error, errors, unique_key
+FROM jobsup.jobs WHERE id = %(id)s
+
+-- name: recent_events
+SELECT id, at, action, supervisor, count, job_ids, detail
+FROM jobsup.events ORDER BY at DESC LIMIT %(limit)s
+
+-- name: supervisors
+SELECT id, host, pid, version, queues, procs, started_at, heartbeat_at, state, workers, jobs_done,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+FROM jobsup.supervisors ORDER BY host, pid
+
+-- name: heartbeat
+INSERT INTO jobsup.supervisors AS s (id, host, pid, version, queues, procs, state, workers, jobs_done)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(procs)s, %(state)s, %(workers)s, %(jobs_done)s)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done
+
+-- name: supervisor_gone
+DELETE FROM jobsup.supervisors WHERE id = %(id)s
+
+-- name: forget_stale_supervisors
+-- Rows of supervisors that died without cleaning up, long after their heartbeat stopped.
+DELETE FROM jobsup.supervisors WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+
+
+-- name: migration_lock
+SELECT pg_advisory_xact_lock(%(key)s)
+
+-- name: migrations_table
+CREATE TABLE IF NOT EXISTS jobsup.migrations (
+    version     integer     PRIMARY KEY,
+    name        text        NOT NULL,
+    applied_at  timestamptz NOT NULL DEFAULT now()
+)
+
+-- name: migrations_applied
+SELECT version FROM jobsup.migrations
+
+-- name: migration_done
+INSERT INTO jobsup.migrations (version, name) VALUES (%(version)s, %(name)s)
+
+-- name: schema_exists
+SELECT to_regclass('jobsup.migrations') IS NOT NULL
+
+-- name: schema_version
+SELECT coalesce(max(version), 0) FROM jobsup.migrations

@@ -1,0 +1,267 @@
+"""The queue operations, each in a sync and an asyncio form that share one statement of queries.sql.
+
+Every function takes a connection. Enqueueing on a connection inside the caller's transaction makes the
+job part of it: rolled back, the job never existed; committed, it is there (and its NOTIFY goes out at
+commit). The supervisor's operations expect an autocommit connection.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import psycopg
+
+from .job import Job, JobSpec
+from .sql import STATEMENTS as SQL
+
+# Retry delay of attempt n: min(BACKOFF_CAP, BACKOFF_BASE * 2^(n-1)) seconds, less up to JITTER of it.
+BACKOFF_BASE = 1.0
+BACKOFF_CAP = 3600.0
+BACKOFF_JITTER = 0.1
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One failed attempt to record: the job, the attempt it failed, and why."""
+
+    id: int
+    attempt: int
+    error: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What a fail or reap did to one job: `queued` again (at run_at) or `dead`."""
+
+    id: int
+    status: str
+    run_at: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Op:
+    name: str
+    params: Mapping[str, Any]
+    parse: Callable[[list[tuple]], Any]
+
+
+def _run(conn: psycopg.Connection, op: _Op) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(SQL[op.name], op.params)
+        return op.parse(cur.fetchall() if cur.description else [])
+
+
+async def _arun(conn: psycopg.AsyncConnection, op: _Op) -> Any:
+    async with conn.cursor() as cur:
+        await cur.execute(SQL[op.name], op.params)
+        return op.parse(await cur.fetchall() if cur.description else [])
+
+
+def _ids(rows: list[tuple]) -> list[int]:
+    return sorted(row[0] for row in rows)
+
+
+def _spec(kind_or_spec: str | JobSpec | Mapping[str, Any], payload: Any = None, **opts: Any) -> JobSpec:
+    if isinstance(kind_or_spec, JobSpec):
+        spec = kind_or_spec
+    elif isinstance(kind_or_spec, Mapping):
+        try:
+            spec = JobSpec(**kind_or_spec)
+        except TypeError as exc:
+            from .errors import BadInput
+
+            raise BadInput(f"not a job: {exc}") from None
+    else:
+        spec = JobSpec(kind_or_spec, payload, **opts)
+    spec.validate()
+    return spec
+
+
+# --- enqueue -------------------------------------------------------------------------------------
+
+
+def _enqueue_op(spec: JobSpec) -> _Op:
+    params = {
+        "queue": spec.queue, "kind": spec.kind, "payload": spec.encoded_payload(),
+        "priority": spec.priority, "run_at": spec.run_at, "delay": float(spec.delay),
+        "max_attempts": spec.max_attempts, "unique_key": spec.unique_key,
+    }
+    return _Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
+
+
+def _enqueue_many_op(specs: Sequence[JobSpec]) -> _Op:
+    params = {
+        "queues": [s.queue for s in specs], "kinds": [s.kind for s in specs],
+        "payloads": [s.encoded_payload() for s in specs], "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs], "delays": [float(s.delay) for s in specs],
+        "max_attempts": [s.max_attempts for s in specs], "unique_keys": [s.unique_key for s in specs],
+    }
+
+    def parse(rows: list[tuple]) -> list[int | None]:
+        # Rows go in in input order, so ascending ids match the inserted inputs in order. An input was
+        # inserted unless its unique_key was skipped: live already, or taken earlier in this batch.
+        inserted_keys = {key for _, key in rows if key is not None}
+        ids = iter(sorted(row[0] for row in rows))
+        seen: set[str] = set()
+        result: list[int | None] = []
+        for spec in specs:
+            key = spec.unique_key
+            if key is None or (key in inserted_keys and key not in seen):
+                if key is not None:
+                    seen.add(key)
+                result.append(next(ids))
+            else:
+                result.append(None)
+        return result
+
+    return _Op("enqueue_many", params, parse)
+
+
+def enqueue(conn: psycopg.Connection, kind: str | JobSpec, payload: Any = None, **opts: Any) -> int | None:
+    """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
+    return _run(conn, _enqueue_op(_spec(kind, payload, **opts)))
+
+
+async def aenqueue(conn: psycopg.AsyncConnection, kind: str | JobSpec, payload: Any = None,
+                   **opts: Any) -> int | None:
+    return await _arun(conn, _enqueue_op(_spec(kind, payload, **opts)))
+
+
+def enqueue_many(conn: psycopg.Connection, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+    """Enqueue many jobs in one statement; per input, its id or None where its unique_key was skipped."""
+    specs = [_spec(job) for job in jobs]
+    return _run(conn, _enqueue_many_op(specs)) if specs else []
+
+
+async def aenqueue_many(conn: psycopg.AsyncConnection,
+                        jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+    specs = [_spec(job) for job in jobs]
+    return await _arun(conn, _enqueue_many_op(specs)) if specs else []
+
+
+# --- the supervisor's side: claim, outcomes, leases, reaping -------------------------------------
+
+
+def _claim_op(queues: Sequence[str], limit: int, locked_by: str, lease: float) -> _Op:
+    def parse(rows: list[tuple]) -> list[Job]:
+        jobs = [Job(id=r[0], kind=r[1], queue=r[2], payload=r[3], priority=r[4], attempts=r[5],
+                    max_attempts=r[6], run_at=r[7], created_at=r[8]) for r in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        return jobs
+
+    return _Op("claim", {"queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease}, parse)
+
+
+def claim(conn: psycopg.Connection, queues: Sequence[str], limit: int, locked_by: str, lease: float) -> list[Job]:
+    """Take up to `limit` ready jobs of `queues` (priority, then run_at, then id), leased for `lease` s."""
+    return _run(conn, _claim_op(queues, limit, locked_by, lease))
+
+
+async def aclaim(conn: psycopg.AsyncConnection, queues: Sequence[str], limit: int, locked_by: str,
+                 lease: float) -> list[Job]:
+    return await _arun(conn, _claim_op(queues, limit, locked_by, lease))
+
+
+def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
+    return {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]}
+
+
+def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str) -> _Op:
+    return _Op("complete", {**_held(jobs), "locked_by": locked_by}, _ids)
+
+
+def complete(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str) -> list[int]:
+    """Mark (id, attempt) pairs done; the ids that were still ours to complete."""
+    return _run(conn, _complete_op(jobs, locked_by))
+
+
+async def acomplete(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str) -> list[int]:
+    return await _arun(conn, _complete_op(jobs, locked_by))
+
+
+def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, backoff_cap: float,
+             jitter: float) -> _Op:
+    params = {
+        "ids": [f.id for f in failures], "attempts": [f.attempt for f in failures],
+        "errors": [f.error for f in failures], "tracebacks": [f.traceback for f in failures],
+        "locked_by": locked_by, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "jitter": jitter,
+    }
+    return _Op("fail", params, lambda rows: [Outcome(*row) for row in rows])
+
+
+def fail(conn: psycopg.Connection, failures: Sequence[Failure], locked_by: str, *,
+         backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
+         jitter: float = BACKOFF_JITTER) -> list[Outcome]:
+    """Record failed attempts: each job is queued again after its backoff, or dead at max_attempts."""
+    return _run(conn, _fail_op(failures, locked_by, backoff_base, backoff_cap, jitter))
+
+
+async def afail(conn: psycopg.AsyncConnection, failures: Sequence[Failure], locked_by: str, *,
+                backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
+                jitter: float = BACKOFF_JITTER) -> list[Outcome]:
+    return await _arun(conn, _fail_op(failures, locked_by, backoff_base, backoff_cap, jitter))
+
+
+def _release_op(jobs: Sequence[tuple[int, int]], locked_by: str, reasons: Sequence[str | None] | None) -> _Op:
+    params = {**_held(jobs), "reasons": list(reasons) if reasons is not None else [None] * len(jobs),
+              "locked_by": locked_by}
+    return _Op("release", params, _ids)
+
+
+def release(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str,
+            reasons: Sequence[str | None] | None = None) -> list[int]:
+    """Hand back held jobs, giving back their attempt; a reason (interrupted) is kept in the history."""
+    return _run(conn, _release_op(jobs, locked_by, reasons))
+
+
+async def arelease(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
+                   reasons: Sequence[str | None] | None = None) -> list[int]:
+    return await _arun(conn, _release_op(jobs, locked_by, reasons))
+
+
+def _extend_op(jobs: Sequence[tuple[int, int]], locked_by: str, lease: float) -> _Op:
+    return _Op("extend", {**_held(jobs), "locked_by": locked_by, "lease": lease}, _ids)
+
+
+def extend(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str, lease: float) -> list[int]:
+    """Renew the leases of held jobs to `lease` seconds from now; the ids still held."""
+    return _run(conn, _extend_op(jobs, locked_by, lease))
+
+
+async def aextend(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
+                  lease: float) -> list[int]:
+    return await _arun(conn, _extend_op(jobs, locked_by, lease))
+
+
+def _reap_op(reaper: str, limit: int) -> _Op:
+    return _Op("reap", {"reaper": reaper, "limit": limit},
+               lambda rows: sorted((Outcome(r[0], r[2]) for r in rows), key=lambda o: o.id))
+
+
+def reap(conn: psycopg.Connection, reaper: str, limit: int = 1000) -> list[Outcome]:
+    """Return jobs whose lease expired to the queue (the lost attempt counts; dead when exhausted)."""
+    return _run(conn, _reap_op(reaper, limit))
+
+
+async def areap(conn: psycopg.AsyncConnection, reaper: str, limit: int = 1000) -> list[Outcome]:
+    return await _arun(conn, _reap_op(reaper, limit))
+
+
+def _requeue_op(ids: Sequence[int] | None, kind: str | None, error: str | None) -> _Op:
+    return _Op("requeue_dead", {"ids": list(ids) if ids is not None else None, "kind": kind, "error": error},
+               _ids)
+
+
+def requeue_dead(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: str | None = None,
+                 error: str | None = None) -> list[int]:
+    """Queue dead jobs again (all, or those matching ids, kind and last error), attempts reset."""
+    return _run(conn, _requeue_op(ids, kind, error))
+
+
+async def arequeue_dead(conn: psycopg.AsyncConnection, *, ids: Sequence[int] | None = None,
+                        kind: str | None = None, error: str | None = None) -> list[int]:
+    return await _arun(conn, _requeue_op(ids, kind, error))

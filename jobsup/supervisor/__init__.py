@@ -1,0 +1,1 @@
+"""`jobsup start`: the supervisor process and its isolated workers."""

@@ -1,0 +1,118 @@
+"""What is in the queue, as plain values: the figures of `jobsup stats` and of the console.
+
+Every query reads a partial index of live jobs or the small per-kind totals, so its cost follows the
+backlog, never the number of finished jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .sql import STATEMENTS as SQL
+
+
+@dataclass(frozen=True)
+class KindCounts:
+    kind: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    done: int = 0  # ever
+    failed: int = 0  # failed attempts, ever
+    dead: int = 0  # dead now
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: datetime
+    kinds: list[KindCounts]
+    oldest_ready: dict[str, float]  # queue -> age in seconds of its oldest ready job
+    dead_jobs: list[dict[str, Any]]
+    dead_groups: list[dict[str, Any]]
+    supervisors: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def total(self) -> KindCounts:
+        sums = {name: sum(getattr(k, name) for k in self.kinds)
+                for name in ("ready", "scheduled", "running", "done", "failed", "dead")}
+        return KindCounts("total", **sums)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at.isoformat(),
+            "kinds": [asdict(k) for k in self.kinds],
+            "total": asdict(self.total),
+            "oldest_ready": self.oldest_ready,
+            "dead_jobs": [_jsonable(row) for row in self.dead_jobs],
+            "dead_groups": [_jsonable(row) for row in self.dead_groups],
+            "supervisors": [_jsonable(row) for row in self.supervisors],
+            "events": [_jsonable(row) for row in self.events],
+        }
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+# (statement, parameters) of one snapshot, in the order build() takes them.
+def _queries(dead_limit: int, event_limit: int) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
+        ("dead_jobs", {"limit": dead_limit}), ("dead_groups", {"limit": dead_limit}),
+        ("supervisors", {}), ("recent_events", {"limit": event_limit}),
+    ]
+
+
+def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
+    live, totals, oldest, dead_jobs, dead_groups, supervisors, events = results
+    merged: dict[str, dict[str, int]] = {}
+    for row in live:
+        counts = merged.setdefault(row["kind"], {})
+        for name in ("ready", "scheduled", "running"):
+            counts[name] = counts.get(name, 0) + row[name]
+    for row in totals:
+        counts = merged.setdefault(row["kind"], {})
+        counts.update(done=row["done"], failed=row["failed"], dead=row["dead"])
+    kinds = [KindCounts(kind, **counts) for kind, counts in sorted(merged.items())]
+    return Snapshot(
+        taken_at=datetime.now(timezone.utc), kinds=kinds,
+        oldest_ready={row["queue"]: row["age"] for row in oldest},
+        dead_jobs=dead_jobs, dead_groups=dead_groups, supervisors=supervisors, events=events,
+    )
+
+
+def snapshot(conn: psycopg.Connection, *, dead_limit: int = 20, event_limit: int = 20) -> Snapshot:
+    results = []
+    with conn.cursor(row_factory=dict_row) as cur:
+        for name, params in _queries(dead_limit, event_limit):
+            cur.execute(SQL[name], params)
+            results.append(cur.fetchall())
+    return _build(results)
+
+
+async def asnapshot(conn: psycopg.AsyncConnection, *, dead_limit: int = 20, event_limit: int = 20) -> Snapshot:
+    results = []
+    async with conn.cursor(row_factory=dict_row) as cur:
+        for name, params in _queries(dead_limit, event_limit):
+            await cur.execute(SQL[name], params)
+            results.append(await cur.fetchall())
+    return _build(results)
+
+
+def rows(conn: psycopg.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
+    """The rows of one named query of queries.sql, e.g. rows(conn, "expiring_leases", limit=10)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(SQL[name], params)
+        return cur.fetchall()
+
+
+async def arows(conn: psycopg.AsyncConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL[name], params)
+        return await cur.fetchall()

@@ -1,0 +1,88 @@
+"""A real PostgreSQL for every test: the embedded server started once per session, or JOBSUP_TEST_DSN.
+
+Each test gets its own database, cloned from a migrated template, so tests never see each other's jobs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg import conninfo
+
+from jobsup import embedded
+from jobsup.migrate import migrate
+
+TEMPLATE = "jobsup_test_template"
+_counter = itertools.count()
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    return conninfo.make_conninfo(dsn, dbname=dbname)
+
+
+@pytest.fixture(scope="session")
+def pg_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """The embedded server's data directory, or None when the tests use JOBSUP_TEST_DSN."""
+    if os.environ.get("JOBSUP_TEST_DSN"):
+        return None
+    return tmp_path_factory.mktemp("pg") / "pgdata"
+
+
+@pytest.fixture(scope="session")
+def server_dsn(pg_data_dir: Path | None) -> Iterator[str]:
+    if pg_data_dir is None:
+        yield os.environ["JOBSUP_TEST_DSN"]
+        return
+    dsn = embedded.ensure_running(pg_data_dir)
+    try:
+        yield dsn
+    finally:
+        embedded.stop(pg_data_dir)
+
+
+@pytest.fixture(scope="session")
+def template_dsn(server_dsn: str) -> str:
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {TEMPLATE} WITH (FORCE)")
+        admin.execute(f"CREATE DATABASE {TEMPLATE}")
+    dsn = with_dbname(server_dsn, TEMPLATE)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        migrate(conn)
+    return dsn
+
+
+@pytest.fixture
+def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own."""
+    name = f"jobsup_test_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
+    try:
+        yield with_dbname(server_dsn, name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def empty_dsn(server_dsn: str) -> Iterator[str]:
+    """A fresh database without the jobsup schema."""
+    name = f"jobsup_empty_{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    try:
+        yield with_dbname(server_dsn, name)
+    finally:
+        with psycopg.connect(server_dsn, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def conn(dsn: str) -> Iterator[psycopg.Connection]:
+    with psycopg.connect(dsn, autocommit=True) as connection:
+        yield connection
