@@ -26,8 +26,9 @@ def redact(dsn: str) -> str:
     >>> redact("host=db password='a b' user=app")
     'host=db password=*** user=app'
     """
-    dsn = _URL_PASSWORD.sub(r"\1:***@", dsn)
-    dsn = re.sub(r"([?&]password=)[^&#]*", r"\1***", dsn, flags=re.IGNORECASE)
+    if "://" in dsn:
+        dsn = _URL_PASSWORD.sub(r"\1:***@", dsn)
+        return re.sub(r"([?&]password=)[^&#]*", r"\1***", dsn, flags=re.IGNORECASE)
     return _KV_PASSWORD.sub(r"\1***", dsn)
 
 
