@@ -14,7 +14,7 @@ from psycopg import conninfo
 from . import embedded
 from .errors import DatabaseUnavailable
 
-_URL_PASSWORD = re.compile(r"(://[^:/@?#]*):[^@/?#]*@")
+_URL_PASSWORD = re.compile(r"(://[^:/@?#]*):[^@/?#]+@")
 _KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 

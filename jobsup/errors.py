@@ -40,3 +40,9 @@ class AppNotFound(BadInput):
 
 class NoHandler(JobsupError):
     """A job's kind has no handler in the app."""
+
+
+class WorkersFailed(JobsupError):
+    """`jobsup start` could not start any worker process."""
+
+    exit_code = EXIT_WORKERS_FAILED

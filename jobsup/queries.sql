@@ -18,9 +18,9 @@ RETURNING id
 -- a duplicate unique_key (of a live job, or earlier in the same batch) is skipped.
 INSERT INTO jobsup.jobs (queue, kind, payload, priority, run_at, max_attempts, unique_key)
 SELECT q, k, p::jsonb, pr, coalesce(r, now()) + make_interval(secs => d), m, u
-FROM unnest(%(queues)s::text[], %(kinds)s::text[], %(payloads)s::text[], %(priorities)s::int[],
-            %(run_ats)s::timestamptz[], %(delays)s::float8[], %(max_attempts)s::int[],
-            %(unique_keys)s::text[]) WITH ORDINALITY AS t(q, k, p, pr, r, d, m, u, n)
+FROM unnest(%(queues)b::text[], %(kinds)b::text[], %(payloads)b::text[], %(priorities)b::int[],
+            %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int[],
+            %(unique_keys)b::text[]) WITH ORDINALITY AS t(q, k, p, pr, r, d, m, u, n)
 ORDER BY n
 ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
 RETURNING id, unique_key
@@ -127,7 +127,7 @@ WITH expired AS (
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'at', now(),
             'error', 'lease expired: ' || coalesce(e.locked_by, '?') || ' stopped renewing it',
-            'by', %(reaper)s))
+            'by', %(reaper)s::text))
     FROM expired e
     WHERE j.id = e.id
     RETURNING j.id, j.kind, j.queue, j.status, e.locked_by
@@ -137,7 +137,7 @@ WITH expired AS (
     ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead
 ), event AS (
     INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail)
-    SELECT 'reaped', %(reaper)s, count(*), array_agg(id ORDER BY id),
+    SELECT 'reaped', %(reaper)s::text, count(*), array_agg(id ORDER BY id),
            jsonb_build_object('from', jsonb_agg(DISTINCT locked_by),
                               'dead', count(*) FILTER (WHERE status = 'dead'))
     FROM reaped
@@ -148,11 +148,11 @@ FROM reaped
 
 -- name: requeue_dead
 -- Dead jobs back to the queue, attempts reset, their error history kept. Narrowed by ids, kind and
--- error (NULL means any); a job whose unique_key is live again is left dead rather than duplicated.
-WITH requeued AS (
-    UPDATE jobsup.jobs j
-    SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL, started_at = NULL,
-        locked_by = NULL, locked_until = NULL
+-- error (NULL means any); a job whose unique_key is live again is left dead rather than duplicated, and
+-- of several dead jobs sharing a key only the newest goes back.
+WITH picked AS (
+    SELECT j.id, j.unique_key, row_number() OVER (PARTITION BY j.unique_key ORDER BY j.id DESC) AS nth
+    FROM jobsup.jobs j
     WHERE j.status = 'dead'
       AND (%(ids)s::bigint[] IS NULL OR j.id = ANY(%(ids)s::bigint[]))
       AND (%(kind)s::text IS NULL OR j.kind = %(kind)s::text)
@@ -160,6 +160,12 @@ WITH requeued AS (
       AND (j.unique_key IS NULL OR NOT EXISTS (
               SELECT 1 FROM jobsup.jobs o
               WHERE o.unique_key = j.unique_key AND o.status IN ('queued', 'running')))
+), requeued AS (
+    UPDATE jobsup.jobs j
+    SET status = 'queued', attempts = 0, run_at = now(), done_at = NULL, started_at = NULL,
+        locked_by = NULL, locked_until = NULL
+    FROM picked p
+    WHERE j.id = p.id AND j.status = 'dead' AND (p.unique_key IS NULL OR p.nth = 1)
     RETURNING j.id, j.kind, j.queue
 ), totals AS (
     INSERT INTO jobsup.kind_totals AS t (kind, slot, dead)
@@ -262,3 +268,67 @@ SELECT to_regclass('jobsup.migrations') IS NOT NULL
 
 -- name: schema_version
 SELECT coalesce(max(version), 0) FROM jobsup.migrations
+
+-- console
+-- Statements of `jobsup top` beyond the shared ones above. Each reads the partial index of dead jobs,
+-- the events index or nothing, so a refresh costs the same with a million finished jobs as with none.
+-- %(match)s narrows to jobs whose kind or queue contains it, ignoring case; NULL matches every job.
+
+-- name: console_clock
+SELECT now() AS now
+
+-- name: console_dead_jobs
+SELECT id, kind, queue, attempts, max_attempts, done_at, last_error
+FROM jobsup.jobs
+WHERE status = 'dead'
+  AND (%(match)s::text IS NULL OR strpos(lower(kind), lower(%(match)s::text)) > 0
+       OR strpos(lower(queue), lower(%(match)s::text)) > 0)
+ORDER BY done_at DESC, id DESC
+LIMIT %(limit)s
+
+-- name: console_dead_groups
+-- Dead jobs by kind and exact last error, so "412 x email: SMTP timeout" is one row; the largest first.
+SELECT kind, last_error, count(*) AS count, max(done_at) AS last_at
+FROM jobsup.jobs
+WHERE status = 'dead'
+  AND (%(match)s::text IS NULL OR strpos(lower(kind), lower(%(match)s::text)) > 0
+       OR strpos(lower(queue), lower(%(match)s::text)) > 0)
+GROUP BY kind, last_error
+ORDER BY count(*) DESC, max(done_at) DESC, kind
+LIMIT %(limit)s
+
+-- name: console_dead_ids
+-- The ids a bulk requeue will touch, taken when the console asks for confirmation, so it requeues
+-- exactly the jobs whose number it stated. by_error matches a NULL last error too.
+SELECT id FROM jobsup.jobs
+WHERE status = 'dead'
+  AND (%(kind)s::text IS NULL OR kind = %(kind)s::text)
+  AND (NOT %(by_error)s::bool OR last_error IS NOT DISTINCT FROM %(error)s::text)
+ORDER BY id
+
+-- name: console_reaper_passes
+SELECT id, at, supervisor, count, job_ids, detail
+FROM jobsup.events WHERE action = 'reaped'
+ORDER BY at DESC LIMIT %(limit)s
+
+-- name: console_reaped_per_minute
+-- Jobs the reapers returned in each of the last %(minutes)s minutes (0 = the current one).
+SELECT floor(extract(epoch FROM now() - at) / 60)::int AS minutes_ago, sum(count)::bigint AS count
+FROM jobsup.events
+WHERE action = 'reaped' AND at > now() - make_interval(mins => %(minutes)s::int)
+GROUP BY 1
+
+-- name: release_orphans
+-- After a claim whose answer was lost with its connection: the rows it took are running under this
+-- supervisor but unknown to it. Hand them back without counting the attempt, rather than wait for the
+-- reaper to count it.
+WITH released AS (
+    UPDATE jobsup.jobs j
+    SET status = 'queued', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL, started_at = NULL
+    WHERE j.status = 'running' AND j.locked_by = %(locked_by)s AND NOT (j.id = ANY(%(held)s::bigint[]))
+    RETURNING j.id, j.queue
+)
+SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) FROM released
+
+-- name: listen
+LISTEN jobsup

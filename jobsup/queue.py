@@ -14,6 +14,7 @@ from typing import Any
 
 import psycopg
 
+from .errors import BadInput
 from .job import Job, JobSpec
 from .sql import STATEMENTS as SQL
 
@@ -68,15 +69,13 @@ def _ids(rows: list[tuple]) -> list[int]:
 def _spec(kind_or_spec: str | JobSpec | Mapping[str, Any], payload: Any = None, **opts: Any) -> JobSpec:
     if isinstance(kind_or_spec, JobSpec):
         spec = kind_or_spec
-    elif isinstance(kind_or_spec, Mapping):
-        try:
-            spec = JobSpec(**kind_or_spec)
-        except TypeError as exc:
-            from .errors import BadInput
-
-            raise BadInput(f"not a job: {exc}") from None
     else:
-        spec = JobSpec(kind_or_spec, payload, **opts)
+        fields = kind_or_spec if isinstance(kind_or_spec, Mapping) else \
+            {"kind": kind_or_spec, "payload": payload, **opts}
+        try:
+            spec = JobSpec(**fields)
+        except TypeError as exc:  # an option JobSpec does not have, e.g. a misspelt one
+            raise BadInput(f"not a job: {exc}") from None
     spec.validate()
     return spec
 
@@ -265,3 +264,16 @@ def requeue_dead(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, 
 async def arequeue_dead(conn: psycopg.AsyncConnection, *, ids: Sequence[int] | None = None,
                         kind: str | None = None, error: str | None = None) -> list[int]:
     return await _arun(conn, _requeue_op(ids, kind, error))
+
+
+def _orphans_op(locked_by: str, held: Sequence[int]) -> _Op:
+    return _Op("release_orphans", {"locked_by": locked_by, "held": list(held)}, _ids)
+
+
+def release_orphans(conn: psycopg.Connection, locked_by: str, held: Sequence[int]) -> list[int]:
+    """Hand back, attempt not counted, every job running under `locked_by` whose id is not in `held`."""
+    return _run(conn, _orphans_op(locked_by, held))
+
+
+async def arelease_orphans(conn: psycopg.AsyncConnection, locked_by: str, held: Sequence[int]) -> list[int]:
+    return await _arun(conn, _orphans_op(locked_by, held))

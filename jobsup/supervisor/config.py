@@ -1,0 +1,72 @@
+"""The supervisor's settings, with the defaults that `jobsup start --help` shows."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, fields, replace
+
+from ..errors import BadInput
+
+
+@dataclass(frozen=True)
+class Config:
+    app: str = ""
+    procs: int = min(8, os.cpu_count() or 2)
+    queues: tuple[str, ...] = ("default",)
+    batch: int = 100  # most jobs one claim statement takes
+    # Jobs claimed beyond idle workers: a worker that finishes gets its next job without a round trip.
+    # Small, because a prefetched job waits; its lease is renewed with the running ones.
+    prefetch: int = 2
+    lease: float = 30.0  # seconds; renewed every lease/3, so two renewals may fail before it lapses
+    timeout: float = 300.0  # a job's time limit when its handler sets none
+    shutdown_timeout: float = 30.0
+    reap_interval: float = 5.0
+    poll_interval: float = 2.0  # safety net only: NOTIFY and known run_at times wake the dispatcher
+    flush_interval: float = 0.002  # outcomes wait at most this long to share one write
+    heartbeat_interval: float = 1.0
+    max_jobs_per_proc: int = 0
+    max_memory_mb: int = 0
+    backoff_base: float = 1.0
+    backoff_cap: float = 3600.0
+    backoff_jitter: float = 0.1
+    log_format: str = "text"
+    log_level: str = "info"
+    # How long a worker may take to import the app and say it is ready.
+    start_timeout: float = 60.0
+    # A worker asked to stop (timeout, shutdown) gets this long after SIGTERM before SIGKILL.
+    kill_grace: float = 2.0
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> Config:
+        queues = tuple(q.strip() for q in str(args.queues).split(",") if q.strip())
+        config = cls(
+            app=args.app, procs=int(args.procs), queues=queues, batch=int(args.batch),
+            prefetch=int(args.prefetch), lease=float(args.lease), timeout=float(args.timeout),
+            shutdown_timeout=float(args.shutdown_timeout), reap_interval=float(args.reap_interval),
+            poll_interval=float(args.poll_interval), flush_interval=float(args.flush_interval),
+            heartbeat_interval=float(args.heartbeat_interval), max_jobs_per_proc=int(args.max_jobs_per_proc),
+            max_memory_mb=int(args.max_memory), backoff_base=float(args.backoff_base),
+            backoff_cap=float(args.backoff_cap), backoff_jitter=float(args.backoff_jitter),
+            log_format=args.log_format, log_level=args.log_level,
+        )
+        config.validate()
+        return config
+
+    def validate(self) -> None:
+        if not self.queues:
+            raise BadInput("--queues names no queue")
+        if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
+            raise BadInput("--prefetch, --max-jobs-per-proc and --max-memory cannot be negative")
+        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval"):
+            if getattr(self, name) <= 0:
+                raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
+        if not 0 <= self.backoff_jitter <= 1:
+            raise BadInput("--backoff-jitter is a fraction between 0 and 1")
+
+    def with_(self, **changes: object) -> Config:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+DEFAULTS = Config()
+FIELDS = [f.name for f in fields(Config)]

@@ -1,0 +1,296 @@
+"""The dispatcher: claims what the workers can start soon, hands it out, buffers the outcomes and
+writes them in batches, and renews the leases of everything it holds.
+
+A job is held from the claim that takes it to the write that records its outcome (or hands it back);
+every held job's lease is renewed together, whether it runs, waits in the prefetch, or waits for its
+outcome to be written, so no job is reaped while its supervisor lives.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections import deque
+from collections.abc import Iterable
+
+from .. import queue
+from ..job import Job
+from ..queue import Failure
+from .config import Config
+from .keeper import Keeper, Worker
+from .link import LOST, Link
+from .log import EventLog
+
+
+class Wakeup:
+    """A flag the loop can wait on with a timeout, without a task per wait."""
+
+    def __init__(self) -> None:
+        self._flag = False
+        self._waiter: asyncio.Future[None] | None = None
+
+    def set(self) -> None:
+        self._flag = True
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def wait(self, timeout: float) -> bool:
+        """True if set (now or before), False after `timeout` seconds."""
+        if not self._flag:
+            loop = asyncio.get_running_loop()
+            self._waiter = waiter = loop.create_future()
+            handle = loop.call_later(max(0.0, timeout), lambda: waiter.done() or waiter.set_result(None))
+            try:
+                await waiter
+            finally:
+                handle.cancel()
+                self._waiter = None
+        woke, self._flag = self._flag, False
+        return woke
+
+
+class Dispatcher:
+    def __init__(self, config: Config, log: EventLog, supervisor_id: str, keeper: Keeper,
+                 claims: Link, writes: Link) -> None:
+        self.config = config
+        self.log = log
+        self.id = supervisor_id
+        self.keeper = keeper
+        self.claims = claims
+        self.writes = writes
+        self.held: dict[int, Job] = {}  # claimed and not yet written back
+        self.prefetched: deque[Job] = deque()
+        self.done_buffer: list[Job] = []
+        self.fail_buffer: list[Failure] = []
+        self.release_buffer: list[tuple[Job, str | None]] = []
+        self.more = True  # ready jobs may be waiting: a claim is worth a round trip
+        self.next_run_at: float | None = None  # earliest future run_at we know of (epoch seconds)
+        self.stopping = False
+        self.orphans_possible = False
+        self.claim_wakeup = Wakeup()
+        self.flush_wakeup = asyncio.Event()
+        self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
+        self.jobs_done = 0
+        self.jobs_failed = 0
+        # With jobs still prefetched, wait until a claim can fill at least this much of the pool.
+        self.claim_threshold = max(1, (config.procs + config.prefetch) // 2)
+
+    # --- what the keeper tells us ------------------------------------------------------------
+
+    def worker_ready(self, worker: Worker) -> None:
+        if self.prefetched and not self.stopping:
+            self.keeper.assign(worker, self.prefetched.popleft())
+        if self.more:
+            self.claim_wakeup.set()
+
+    def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None) -> None:
+        if error is None:
+            self.done_buffer.append(job)
+        else:
+            self.log("job.failed", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                     pid=worker.pid, error=error)
+            self.fail_buffer.append(Failure(job.id, job.attempts, error, tb))
+        self.flush_wakeup.set()
+        self.idle_wakeup.set()
+
+    def lost(self, worker: Worker, job: Job, cause: str) -> None:
+        """The worker holding `job` died, or was stopped for a timeout or a shutdown."""
+        if cause.startswith("interrupted"):
+            self.release_buffer.append((job, cause))  # a shutdown is not the job's fault
+        else:
+            self.fail_buffer.append(Failure(job.id, job.attempts, cause, None))
+        self.flush_wakeup.set()
+        self.idle_wakeup.set()
+
+    def notified(self, payload: str) -> None:
+        """A NOTIFY of the insert trigger (or a release, reap or requeue)."""
+        try:
+            note = json.loads(payload) if payload else {}
+        except ValueError:
+            note = {}
+        queues = note.get("queues") or []
+        if queues and not set(queues) & set(self.config.queues):
+            return
+        run_at = note.get("run_at")
+        if isinstance(run_at, (int, float)) and run_at > time.time():
+            self.note_run_at(run_at)
+        else:
+            self.poke()
+
+    def poke(self) -> None:
+        """Something may be ready: claim at the next chance."""
+        self.more = True
+        self.claim_wakeup.set()
+
+    def note_run_at(self, run_at: float) -> None:
+        if self.next_run_at is None or run_at < self.next_run_at:
+            self.next_run_at = run_at
+            self.claim_wakeup.set()  # the claim loop recomputes how long it may sleep
+
+    # --- claiming ---------------------------------------------------------------------------
+
+    def capacity(self) -> int:
+        return min(self.config.batch, len(self.keeper.idle()) + self.config.prefetch - len(self.prefetched))
+
+    async def claim_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        next_poll = loop.time() + self.config.poll_interval
+        while not self.stopping:
+            want = self.capacity()
+            threshold = self.claim_threshold if self.prefetched else 1
+            if self.more and want >= threshold and self.keeper.ever_ready:
+                jobs = await self._claim(want)
+                next_poll = loop.time() + self.config.poll_interval
+                if jobs is not None:
+                    if len(jobs) < want:
+                        self.more = False
+                    self._take(jobs)
+                continue
+            timeout = next_poll - loop.time()
+            if self.next_run_at is not None:
+                timeout = min(timeout, self.next_run_at - time.time())
+            await self.claim_wakeup.wait(timeout)
+            if self.next_run_at is not None and time.time() >= self.next_run_at:
+                self.next_run_at = None
+                self.more = True
+            if loop.time() >= next_poll:
+                self.more = True  # the safety net: a NOTIFY may have been missed
+                next_poll = loop.time() + self.config.poll_interval
+
+    async def _claim(self, want: int) -> list[Job] | None:
+        try:
+            conn = await self.claims.connect()
+            if self.orphans_possible:
+                released = await queue.arelease_orphans(conn, self.id, list(self.held))
+                self.orphans_possible = False
+                if released:
+                    self.log("jobs.released", reason="claim answer lost with the connection",
+                             count=len(released), ids=released)
+            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease)
+        except LOST as exc:
+            # The claim may have been committed without our hearing of it: hand back what we do not
+            # know we hold before the next claim.
+            self.claims.drop(exc)
+            self.orphans_possible = True
+            return None
+
+    def _take(self, jobs: Iterable[Job]) -> None:
+        kinds = self.keeper.kinds
+        for job in jobs:
+            self.held[job.id] = job
+            if self.stopping:
+                self.release_buffer.append((job, None))
+            elif kinds is not None and job.kind not in kinds:
+                self.log("job.failed", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                         error=f"no handler for {job.kind}")
+                self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
+            else:
+                self.prefetched.append(job)
+        self.hand_out()
+        if self.fail_buffer or self.release_buffer:
+            self.flush_wakeup.set()
+
+    def hand_out(self) -> None:
+        if self.stopping:
+            return
+        idle = self.keeper.idle()
+        while idle and self.prefetched:
+            self.keeper.assign(idle.pop(), self.prefetched.popleft())
+
+    # --- writing outcomes -------------------------------------------------------------------
+
+    def buffered(self) -> int:
+        return len(self.done_buffer) + len(self.fail_buffer) + len(self.release_buffer)
+
+    async def flush_loop(self) -> None:
+        while True:
+            await self.flush_wakeup.wait()
+            if self.buffered() < self.config.batch:
+                await asyncio.sleep(self.config.flush_interval)  # let a few more outcomes share the write
+            self.flush_wakeup.clear()
+            await self.flush()
+
+    async def flush(self, *, deadline: float | None = None) -> None:
+        """Write every buffered outcome: one statement per kind of outcome present."""
+        done, self.done_buffer = self.done_buffer, []
+        failures, self.fail_buffer = self.fail_buffer, []
+        releases, self.release_buffer = self.release_buffer, []
+        if done:
+            pairs = [(j.id, j.attempts) for j in done]
+            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
+            self.jobs_done += len(written)
+            self._forget(done, written, "done")
+        if failures:
+            outcomes = await self.writes.run(lambda c: queue.afail(
+                c, failures, self.id, backoff_base=self.config.backoff_base,
+                backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
+            self.jobs_failed += len(outcomes)
+            by_id = {o.id: o for o in outcomes}
+            for failure in failures:
+                outcome = by_id.get(failure.id)
+                job = self.held.get(failure.id)
+                if outcome is not None and outcome.status == "dead" and job is not None:
+                    self.log("job.dead", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                             error=failure.error)
+                elif outcome is not None and outcome.run_at is not None:
+                    self.note_run_at(outcome.run_at.timestamp())
+            self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")
+        if releases:
+            pairs = [(j.id, j.attempts) for j, _ in releases]
+            reasons = [reason for _, reason in releases]
+            written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons),
+                                            deadline=deadline)
+            for job, reason in releases:
+                if reason is not None:
+                    self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                             reason=reason)
+            self._forget([j for j, _ in releases], written, "released")
+
+    def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
+        kept = set(written)
+        lost = [j.id for j in jobs if j.id not in kept]
+        for job in jobs:
+            self.held.pop(job.id, None)
+        if lost:
+            # Fenced out: the lease lapsed and the reaper (or another supervisor) has the job now.
+            self.log("lease.lost", "warning", outcome=what, count=len(lost), ids=lost)
+
+    def release_prefetched(self) -> int:
+        """Queue every job claimed but not started for hand-back at the next flush."""
+        count = len(self.prefetched)
+        while self.prefetched:
+            self.release_buffer.append((self.prefetched.popleft(), None))
+        return count
+
+    # --- leases ------------------------------------------------------------------------------
+
+    async def lease_loop(self) -> None:
+        # A third of the lease: two renewals in a row may fail (a reconnect, a stall) before it lapses.
+        interval = self.config.lease / 3
+        while True:
+            await asyncio.sleep(interval)
+            await self.renew()
+
+    async def renew(self) -> None:
+        held = list(self.held.values())
+        if not held:
+            return
+        pairs = [(j.id, j.attempts) for j in held]
+        try:
+            renewed = set(await self.writes.run(lambda c: queue.aextend(c, pairs, self.id, self.config.lease),
+                                                deadline=asyncio.get_running_loop().time() + self.config.lease / 3))
+        except LOST:
+            return  # the next round tries again
+        # A job may have been written back while the renewal was in flight: only those still held count.
+        lost = [j for j in held if j.id not in renewed and j.id in self.held]
+        if lost:
+            self.log("lease.lost", "warning", outcome="renew", count=len(lost), ids=[j.id for j in lost])
+            lost_ids = {j.id for j in lost}
+            self.prefetched = deque(j for j in self.prefetched if j.id not in lost_ids)
+            for job in lost:
+                if not any(w.job is job for w in self.keeper.all_processes()):
+                    self.held.pop(job.id, None)
+
+    def running(self) -> list[Job]:
+        return [w.job for w in self.keeper.all_processes() if w.job is not None]

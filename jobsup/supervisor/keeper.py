@@ -1,0 +1,350 @@
+"""The process keeper: spawns the workers, hears them over their pipes, notices their death at once
+(process sentinel on the event loop), enforces job timeouts and recycles workers between jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import multiprocessing
+import os
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import psutil
+
+from ..job import Job
+from .config import Config
+from .log import EventLog
+from .worker import worker_main
+
+# A worker that dies before it is ready is started again after this delay, doubled per failure.
+START_BACKOFF_FIRST = 0.5
+START_BACKOFF_MAX = 10.0
+# Recycling after --max-jobs-per-proc is spread by up to this fraction, so workers started together
+# are not all replaced together.
+RECYCLE_JITTER = 0.1
+
+
+def exit_cause(exitcode: int | None) -> str:
+    """Why a worker process ended, in the words last_error uses.
+
+    >>> exit_cause(-11), exit_cause(-9), exit_cause(3)
+    ('worker exited with signal SIGSEGV', 'worker killed (SIGKILL; out of memory?)', 'worker exited with code 3')
+    """
+    if exitcode is None:
+        return "worker vanished"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        if name == "SIGKILL":
+            return "worker killed (SIGKILL; out of memory?)"
+        return f"worker exited with signal {name}"
+    return f"worker exited with code {exitcode}"
+
+
+@dataclass(eq=False)
+class Worker:
+    slot: int
+    process: Any  # multiprocessing process
+    conn: Connection
+    state: str = "starting"  # starting, idle, busy, stopping
+    job: Job | None = None
+    job_started: float = 0.0  # loop clock
+    job_started_wall: float = 0.0
+    jobs_done: int = 0
+    recycle_after: int | None = None
+    stop_reason: str | None = None  # set when the keeper terminates it: the cause to record
+    kill_at: float | None = None
+    ps: psutil.Process | None = None
+    rss: int = 0
+    cpu: float = 0.0
+    over_memory: bool = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid
+
+
+@dataclass
+class Slot:
+    """What stays with a place in the pool across the processes that fill it."""
+
+    index: int
+    restarts: int = 0
+    start_failures: int = 0
+    last_exit: str | None = None
+    respawn_at: float | None = None
+
+
+Outcome = Callable[[Worker, Job, str | None, str | None], None]
+
+
+@dataclass
+class Keeper:
+    config: Config
+    log: EventLog
+    on_ready: Callable[[Worker], None]
+    on_outcome: Outcome  # (worker, job, error or None, traceback)
+    on_lost: Callable[[Worker, Job, str], None]  # the worker died or was stopped holding job
+    on_fatal: Callable[[str], None]  # no worker can start at all
+    workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
+    retiring: set[Worker] = field(default_factory=set)
+    slots: list[Slot] = field(default_factory=list)
+    kinds: frozenset[str] | None = None  # what the app handles, told by the first ready worker
+    timeouts: dict[str, float] = field(default_factory=dict)
+    ever_ready: bool = False
+    stopping: bool = False
+
+    def __post_init__(self) -> None:
+        # forkserver: workers are forked from a clean server process, never from this one, which
+        # holds connections and an event loop.
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
+        self.slots = [Slot(i) for i in range(self.config.procs)]
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    # --- starting -------------------------------------------------------------------------------
+
+    def spawn_all(self) -> None:
+        """Start every worker; called before the supervisor opens any connection or thread."""
+        for slot in self.slots:
+            self._spawn(slot)
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Watch the pipes and sentinels of the workers from the running loop."""
+        self.loop = loop
+        for worker in self.workers.values():
+            self._watch(worker)
+
+    def _spawn(self, slot: Slot) -> Worker:
+        ours, theirs = self.ctx.Pipe(duplex=True)
+        process = self.ctx.Process(target=worker_main, name=f"jobsup-worker-{slot.index}",
+                                   args=(theirs, self.config.app, os.getpid(), os.getcwd()), daemon=False)
+        process.start()
+        theirs.close()  # so the pipe reads EOF the moment the worker is gone
+        worker = Worker(slot.index, process, ours)
+        if self.config.max_jobs_per_proc:
+            worker.recycle_after = int(self.config.max_jobs_per_proc * (1 + random.random() * RECYCLE_JITTER))
+        try:
+            worker.ps = psutil.Process(process.pid)
+        except psutil.Error:
+            worker.ps = None
+        self.workers[slot.index] = worker
+        slot.respawn_at = None
+        self.log("worker.spawned", pid=process.pid, slot=slot.index)
+        if self.loop is not None:
+            self._watch(worker)
+        return worker
+
+    def _watch(self, worker: Worker) -> None:
+        assert self.loop is not None
+        self.loop.add_reader(worker.conn.fileno(), self._readable, worker)
+        self.loop.add_reader(worker.process.sentinel, self._exited, worker)
+
+    def _unwatch(self, worker: Worker) -> None:
+        assert self.loop is not None
+        for fd in (worker.conn.fileno(), worker.process.sentinel):
+            try:
+                self.loop.remove_reader(fd)
+            except (ValueError, OSError):
+                pass
+
+    # --- hearing from workers ----------------------------------------------------------------------
+
+    def _readable(self, worker: Worker) -> None:
+        try:
+            while worker.conn.poll():
+                self._message(worker, worker.conn.recv())
+        except (EOFError, OSError):
+            # The worker is gone; its sentinel tells how. Stop listening to the dead pipe.
+            try:
+                self.loop.remove_reader(worker.conn.fileno())  # type: ignore[union-attr]
+            except (ValueError, OSError):
+                pass
+
+    def _message(self, worker: Worker, message: tuple) -> None:
+        tag = message[0]
+        if tag in ("done", "failed"):
+            job = worker.job
+            if job is None or job.id != message[1]:
+                return  # an answer for a job we already counted as lost
+            worker.job = None
+            worker.jobs_done += 1
+            worker.state = "idle"
+            error, tb = (message[2], message[3]) if tag == "failed" else (None, None)
+            self.on_outcome(worker, job, error, tb)
+            if self.stopping:
+                self.stop_worker(worker)
+            elif not self._retire_if_due(worker):
+                self.on_ready(worker)
+        elif tag == "ready":
+            _, pid, kinds, timeouts = message
+            worker.state = "idle"
+            slot = self.slots[worker.slot]
+            slot.start_failures = 0
+            if not self.ever_ready:
+                self.ever_ready = True
+                self.kinds = frozenset(kinds)
+                self.timeouts = dict(timeouts)
+                self.log("app.loaded", app=self.config.app, kinds=sorted(kinds))
+            self.log("worker.ready", "debug", pid=pid, slot=worker.slot)
+            if self.stopping:
+                self.stop_worker(worker)
+            else:
+                self.on_ready(worker)
+        elif tag == "fatal":
+            worker.stop_reason = message[1]
+
+    def _exited(self, worker: Worker) -> None:
+        self._readable(worker)  # an answer written just before the end still counts
+        self._unwatch(worker)
+        worker.process.join(0)
+        exitcode = worker.process.exitcode
+        worker.conn.close()
+        slot = self.slots[worker.slot]
+        cause = worker.stop_reason or exit_cause(exitcode)
+        retired = worker in self.retiring
+        self.retiring.discard(worker)
+        current = self.workers.get(worker.slot) is worker
+        if current:
+            del self.workers[worker.slot]
+        job, worker.job = worker.job, None
+        if job is not None:
+            self.log("worker.died", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                     pid=worker.pid, slot=worker.slot, cause=cause)
+            slot.last_exit = cause
+            self.on_lost(worker, job, cause)
+        elif retired or worker.state == "stopping":
+            self.log("worker.stopped", "debug", pid=worker.pid, slot=worker.slot, exitcode=exitcode)
+        elif worker.state == "starting":
+            slot.start_failures += 1
+            slot.last_exit = cause
+            self.log("worker.start_failed", "error", pid=worker.pid, slot=worker.slot, cause=cause)
+            # A bad --app fails the same way in every worker: one report is enough. A worker that dies
+            # at start without saying why is tried a few times in each slot first.
+            if not self.ever_ready and (worker.stop_reason is not None
+                                        or sum(s.start_failures for s in self.slots) >= 3 * len(self.slots)):
+                self.on_fatal(cause)
+                return
+        else:
+            slot.last_exit = cause
+            self.log("worker.died", "warning", pid=worker.pid, slot=worker.slot, cause=cause)
+        if current and not self.stopping:
+            self._respawn(slot, after_start_failure=worker.state == "starting" and job is None)
+
+    def _respawn(self, slot: Slot, after_start_failure: bool) -> None:
+        slot.restarts += 1
+        if not after_start_failure:
+            self._spawn(slot)
+            return
+        delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** (slot.start_failures - 1))
+        slot.respawn_at = time.monotonic() + delay
+        self.log("worker.restart_later", "warning", slot=slot.index, delay=f"{delay:g}s")
+        assert self.loop is not None
+        self.loop.call_later(delay, self._respawn_due, slot)
+
+    def _respawn_due(self, slot: Slot) -> None:
+        if not self.stopping and slot.index not in self.workers:
+            self._spawn(slot)
+
+    # --- giving work, timeouts, recycling --------------------------------------------------------
+
+    def idle(self) -> list[Worker]:
+        return [w for w in self.workers.values() if w.state == "idle"]
+
+    def assign(self, worker: Worker, job: Job) -> None:
+        worker.state = "busy"
+        worker.job = job
+        worker.job_started = self.loop.time()  # type: ignore[union-attr]
+        worker.job_started_wall = time.time()
+        try:
+            worker.conn.send(("job", job.id, job.kind, job.payload, job.queue, job.attempts,
+                              job.max_attempts, job.priority))
+        except (OSError, ValueError):
+            pass  # the worker died this instant; its sentinel fires and the job counts as lost
+
+    def timeout_of(self, kind: str) -> float:
+        return self.timeouts.get(kind, self.config.timeout)
+
+    def check_timeouts(self) -> None:
+        now = self.loop.time()  # type: ignore[union-attr]
+        for worker in list(self.workers.values()) + list(self.retiring):
+            if worker.kill_at is not None and now >= worker.kill_at:
+                self._signal(worker, signal.SIGKILL)
+                worker.kill_at = None
+            elif worker.state == "busy" and worker.job is not None and worker.stop_reason is None:
+                limit = self.timeout_of(worker.job.kind)
+                if now - worker.job_started > limit:
+                    self.log("job.timed_out", "warning", job=worker.job.id, kind=worker.job.kind,
+                             attempt=worker.job.attempts, pid=worker.pid, limit=f"{limit:g}s")
+                    self.interrupt(worker, f"timed out after {limit:g}s")
+
+    def interrupt(self, worker: Worker, reason: str) -> None:
+        """Terminate a worker, then kill it after the grace period; `reason` becomes its exit cause."""
+        worker.stop_reason = reason
+        worker.state = "stopping" if worker.job is None else worker.state
+        self._signal(worker, signal.SIGTERM)
+        worker.kill_at = self.loop.time() + self.config.kill_grace  # type: ignore[union-attr]
+
+    def _signal(self, worker: Worker, sig: int) -> None:
+        try:
+            os.kill(worker.pid, sig)  # type: ignore[arg-type]
+        except ProcessLookupError:
+            pass
+
+    def _retire_if_due(self, worker: Worker) -> bool:
+        why = None
+        if worker.recycle_after is not None and worker.jobs_done >= worker.recycle_after:
+            why = f"{worker.jobs_done} jobs"
+        elif worker.over_memory:
+            why = f"rss {worker.rss // 2**20} MB over --max-memory {self.config.max_memory_mb} MB"
+        if why is None or self.stopping:
+            return False
+        self.log("worker.recycled", pid=worker.pid, slot=worker.slot, reason=why)
+        self.stop_worker(worker)
+        self.retiring.add(worker)
+        del self.workers[worker.slot]
+        self.slots[worker.slot].restarts += 1
+        self._spawn(self.slots[worker.slot])
+        return True
+
+    def stop_worker(self, worker: Worker) -> None:
+        """Ask an idle worker to exit after its current message."""
+        worker.state = "stopping"
+        try:
+            worker.conn.send(("stop",))
+        except (OSError, ValueError):
+            pass
+
+    def sample(self) -> None:
+        """Read RSS and CPU of every worker (for the heartbeat and --max-memory)."""
+        limit = self.config.max_memory_mb * 2**20
+        for worker in self.workers.values():
+            if worker.ps is None:
+                continue
+            try:
+                with worker.ps.oneshot():
+                    worker.rss = worker.ps.memory_info().rss
+                    worker.cpu = worker.ps.cpu_percent(None)
+            except psutil.Error:
+                continue
+            if limit and worker.rss > limit:
+                worker.over_memory = True
+                if worker.state == "idle":
+                    self._retire_if_due(worker)
+
+    def all_processes(self) -> list[Worker]:
+        return list(self.workers.values()) + list(self.retiring)
+
+    def alive(self) -> bool:
+        return any(w.process.is_alive() for w in self.all_processes())
+
+    def kill_all(self) -> None:
+        for worker in self.all_processes():
+            self._signal(worker, signal.SIGKILL)

@@ -1,0 +1,96 @@
+"""A supervisor's connection that survives the database going away: it reconnects with backoff.
+
+Each task of the supervisor (claims, outcome writes, housekeeping, the listener) has its own, so a slow
+reaper pass never delays an outcome write, and a statement in flight is never shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
+
+import psycopg
+
+from ..dsn import describe_connect_error
+from .log import EventLog
+
+T = TypeVar("T")
+
+# Reconnect delays grow from the first to the last, doubling.
+RECONNECT_FIRST = 0.05
+RECONNECT_MAX = 2.0
+
+LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+
+
+class Link:
+    def __init__(self, dsn: str, name: str, log: EventLog) -> None:
+        self.dsn = dsn
+        self.name = name
+        self.log = log
+        self.conn: psycopg.AsyncConnection | None = None
+        self.lost = False  # the previous connection broke; cleared by the next successful connect
+        self.reconnects = 0
+        self.lock = asyncio.Lock()  # one statement at a time on this connection
+
+    async def connect(self, *, deadline: float | None = None) -> psycopg.AsyncConnection:
+        """The live connection, reconnecting (with backoff, until `deadline` on the loop's clock)."""
+        if self.conn is not None and not self.conn.closed:
+            return self.conn
+        delay = RECONNECT_FIRST
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                self.conn = await psycopg.AsyncConnection.connect(
+                    self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}")
+                if self.lost:
+                    self.lost = False
+                    self.reconnects += 1
+                    self.log("db.reconnected", link=self.name)
+                return self.conn
+            except LOST as exc:
+                if deadline is not None and loop.time() + delay > deadline:
+                    raise
+                self.log("db.unavailable", "warning", link=self.name, retry_in=f"{delay:.2f}s",
+                         error=describe_connect_error(self.dsn, exc))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RECONNECT_MAX)
+
+    async def run(self, op: Callable[[psycopg.AsyncConnection], Awaitable[T]], *,
+                  deadline: float | None = None) -> T:
+        """`op(conn)`, again on a new connection if the old one broke. Only for idempotent work:
+        every outcome write is fenced, so applying it twice changes nothing the second time."""
+        async with self.lock:
+            while True:
+                conn = await self.connect(deadline=deadline)
+                try:
+                    return await op(conn)
+                except LOST as exc:
+                    self.drop(exc)
+
+    def drop(self, exc: BaseException | None = None) -> None:
+        if exc is not None and not self.lost:
+            self.log("db.lost", "warning", link=self.name, error=_first_line(exc))
+        self.lost = True
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            # close() of a broken async connection needs no round trip
+            asyncio.get_running_loop().create_task(_close_quietly(conn))
+
+    async def close(self) -> None:
+        if self.conn is not None:
+            await _close_quietly(self.conn)
+            self.conn = None
+
+
+async def _close_quietly(conn: psycopg.AsyncConnection) -> None:
+    try:
+        await conn.close()
+    except Exception:
+        pass
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

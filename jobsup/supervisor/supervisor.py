@@ -1,0 +1,260 @@
+"""The supervisor: one asyncio loop that runs the dispatcher, the listener, the reaper, the heartbeat
+and the process keeper, and stops them in order on SIGTERM or Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import secrets
+import signal
+import socket
+from datetime import datetime, timezone
+
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .. import __version__, queue
+from ..dsn import redact
+from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
+from ..sql import STATEMENTS as SQL
+from .config import Config
+from .dispatcher import Dispatcher, Wakeup
+from .keeper import Keeper, Worker
+from .link import LOST, Link
+from .log import EventLog
+
+# How often the keeper checks job timeouts and kills workers past their grace period.
+TICK = 0.05
+# Supervisor rows whose heartbeat stopped this long ago are deleted by any live supervisor's reaper.
+FORGET_STALE_AFTER = 3600.0
+# How long a hard stop (second Ctrl-C) may spend handing jobs back before it gives up on the database.
+HARD_STOP_BUDGET = 2.0
+# While waiting for running jobs at shutdown, say what is still running this often.
+WAIT_REPORT_EVERY = 5.0
+
+
+class Supervisor:
+    def __init__(self, config: Config, log: EventLog) -> None:
+        self.config = config
+        self.log = log
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
+        self.keeper = Keeper(config, log, on_ready=self._worker_ready, on_outcome=self._outcome,
+                             on_lost=self._lost, on_fatal=self._fatal)
+        self.dispatcher: Dispatcher | None = None
+        self.signals: list[str] = []
+        self.stop_wakeup = Wakeup()
+        self.fatal: str | None = None
+        self.hard_stop = False
+
+    # The keeper is built before the dispatcher (its workers start before any connection opens), so
+    # its callbacks go through these until the dispatcher exists.
+    def _worker_ready(self, worker: Worker) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.worker_ready(worker)
+
+    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None) -> None:
+        assert self.dispatcher is not None
+        self.dispatcher.outcome(worker, job, error, tb)
+
+    def _lost(self, worker: Worker, job, cause: str) -> None:
+        assert self.dispatcher is not None
+        self.dispatcher.lost(worker, job, cause)
+
+    def _fatal(self, reason: str) -> None:
+        self.fatal = reason
+        self.stop_wakeup.set()
+
+    def _on_signal(self, name: str) -> None:
+        # Runs in the loop (asyncio's signal handling), but still only records: the loop acts on it.
+        self.signals.append(name)
+        if len(self.signals) > 1 and name == "SIGINT":
+            self.hard_stop = True
+        self.stop_wakeup.set()
+
+    # --- running -------------------------------------------------------------------------------
+
+    async def run(self, dsn: str) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._on_signal, sig.name)
+        self.keeper.attach(loop)
+        self.links = {name: Link(dsn, name, self.log) for name in ("claims", "writes", "house", "listen")}
+        self.dispatcher = Dispatcher(self.config, self.log, self.id, self.keeper,
+                                     self.links["claims"], self.links["writes"])
+        for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
+            self.dispatcher.worker_ready(worker)
+        self.log("supervisor.started", version=__version__, id=self.id, dsn=redact(dsn),
+                 procs=self.config.procs, queues=list(self.config.queues), app=self.config.app,
+                 pid=os.getpid())
+        await self._heartbeat()
+        tasks = [loop.create_task(coro, name=name) for name, coro in (
+            ("claim", self.dispatcher.claim_loop()), ("flush", self.dispatcher.flush_loop()),
+            ("lease", self.dispatcher.lease_loop()), ("listen", self._listen_loop()),
+            ("reap", self._reap_loop()), ("heartbeat", self._heartbeat_loop()), ("tick", self._tick_loop()),
+        )]
+        while not (self.signals or self.fatal):
+            await self.stop_wakeup.wait(3600)
+            for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
+                if task.done() and not task.cancelled() and task.exception() is not None:
+                    raise task.exception()  # type: ignore[misc]
+        try:
+            return await self._shutdown(tasks)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            for link in self.links.values():
+                await link.close()
+
+    async def _listen_loop(self) -> None:
+        link = self.links["listen"]
+        first = True
+        while True:
+            try:
+                conn = await link.connect()
+                await conn.execute(SQL["listen"])
+                if not first:
+                    # Whatever was enqueued while we were deaf: look once.
+                    self.log("listener.listening", "debug")
+                    self.dispatcher.poke()  # type: ignore[union-attr]
+                first = False
+                async for note in conn.notifies():
+                    self.dispatcher.notified(note.payload)  # type: ignore[union-attr]
+            except LOST as exc:
+                link.drop(exc)
+
+    async def _reap_loop(self) -> None:
+        link = self.links["house"]
+        while True:
+            await asyncio.sleep(self.config.reap_interval)
+            try:
+                reaped = await link.run(lambda c: queue.areap(c, self.id))
+                await link.run(lambda c: c.execute(SQL["forget_stale_supervisors"],
+                                                   {"older_than": FORGET_STALE_AFTER}))
+            except psycopg.Error as exc:
+                self.log("reaper.error", "error", error=str(exc).strip())
+                continue
+            if reaped:
+                dead = [o.id for o in reaped if o.status == "dead"]
+                self.log("reaped", count=len(reaped), ids=[o.id for o in reaped], dead=dead or None)
+
+    async def _heartbeat_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.config.heartbeat_interval)
+            self.keeper.sample()
+            try:
+                await self._heartbeat()
+            except psycopg.Error as exc:
+                self.log("heartbeat.error", "error", error=str(exc).strip())
+
+    async def _heartbeat(self, state: str = "running") -> None:
+        workers = []
+        for worker in sorted(self.keeper.all_processes(), key=lambda w: (w.slot, w.state != "stopping")):
+            slot = self.keeper.slots[worker.slot]
+            job = worker.job
+            workers.append({
+                "slot": worker.slot, "pid": worker.pid, "state": worker.state,
+                "job_id": job.id if job else None, "kind": job.kind if job else None,
+                "job_started_at": datetime.fromtimestamp(worker.job_started_wall, timezone.utc).isoformat()
+                if job else None,
+                "rss": worker.rss, "cpu": round(worker.cpu, 1), "jobs_done": worker.jobs_done,
+                "restarts": slot.restarts, "last_exit": slot.last_exit,
+            })
+        d = self.dispatcher
+        params = {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
+                  "queues": list(self.config.queues), "procs": self.config.procs, "state": state,
+                  "workers": Jsonb(workers), "jobs_done": d.jobs_done if d else 0}
+        await self.links["house"].run(lambda c: c.execute(SQL["heartbeat"], params))
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK)
+            self.keeper.check_timeouts()
+
+    # --- stopping ------------------------------------------------------------------------------
+
+    async def _shutdown(self, tasks: list[asyncio.Task]) -> int:
+        loop = asyncio.get_running_loop()
+        d = self.dispatcher
+        assert d is not None
+        d.stopping = True
+        d.claim_wakeup.set()
+        self.keeper.stopping = True  # no respawns; a worker that finishes its job is told to exit
+        for worker in self.keeper.all_processes():
+            if worker.state in ("idle", "starting"):
+                self.keeper.stop_worker(worker)
+        if self.fatal:
+            self.log("supervisor.failed", "error", reason=f"no worker could start: {self.fatal}")
+        else:
+            self.log("shutdown.started", signal=self.signals[0], running=len(d.running()),
+                     prefetched=len(d.prefetched), timeout=f"{self.config.shutdown_timeout:g}s")
+        claim_task = next(t for t in tasks if t.get_name() == "claim")
+        await asyncio.wait([claim_task], timeout=5)  # a claim in flight lands, and is released below
+        released = d.release_prefetched()
+        if released:
+            self.log("shutdown.released", count=released, reason="prefetched, not started")
+        await d.flush()
+
+        deadline = loop.time() + self.config.shutdown_timeout
+        next_report = loop.time() + WAIT_REPORT_EVERY
+        while d.running() and not self.hard_stop and loop.time() < deadline:
+            if loop.time() >= next_report:
+                running = d.running()
+                self.log("shutdown.waiting", running=len(running), ids=[j.id for j in running],
+                         left=f"{deadline - loop.time():.0f}s")
+                next_report = loop.time() + WAIT_REPORT_EVERY
+            await d.idle_wakeup.wait(0.5)
+
+        if self.hard_stop:
+            return await self._hard_stop()
+        still = d.running()
+        if still:
+            reason = f"interrupted: still running when shutdown timed out after {self.config.shutdown_timeout:g}s"
+            self.log("shutdown.interrupting", count=len(still), ids=[j.id for j in still])
+            for worker in self.keeper.all_processes():
+                if worker.job is not None:
+                    self.keeper.interrupt(worker, reason)
+            await self._wait_workers_gone(self.config.kill_grace + 2)
+        await d.flush()
+        await self._stop_workers()
+        await self._forget_self()
+        self.log("shutdown.done", jobs_done=d.jobs_done)
+        return EXIT_WORKERS_FAILED if self.fatal else EXIT_OK
+
+    async def _hard_stop(self) -> int:
+        d = self.dispatcher
+        assert d is not None
+        self.log("shutdown.now", "warning", reason="second Ctrl-C", running=len(d.running()))
+        self.keeper.stopping = True
+        for worker in self.keeper.all_processes():
+            if worker.job is not None:
+                d.release_buffer.append((worker.job, "interrupted: stopped at once (second Ctrl-C)"))
+                worker.job = None
+        self.keeper.kill_all()
+        loop = asyncio.get_running_loop()
+        try:
+            await asyncio.wait_for(d.flush(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
+            await asyncio.wait_for(self._forget_self(), HARD_STOP_BUDGET)
+        except (asyncio.TimeoutError, *LOST):
+            self.log("shutdown.now", "warning", reason="database did not answer; the reaper will return the rest")
+        return EXIT_INTERRUPTED
+
+    async def _stop_workers(self) -> None:
+        for worker in self.keeper.all_processes():
+            if worker.state in ("idle", "starting"):
+                self.keeper.stop_worker(worker)
+        await self._wait_workers_gone(5)
+        if self.keeper.alive():
+            self.keeper.kill_all()
+            await self._wait_workers_gone(2)
+
+    async def _wait_workers_gone(self, timeout: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self.keeper.all_processes() and loop.time() < deadline:
+            self.keeper.check_timeouts()
+            await asyncio.sleep(0.02)
+
+    async def _forget_self(self) -> None:
+        await self.links["house"].run(lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}),
+                                      deadline=asyncio.get_running_loop().time() + 5)

@@ -1,0 +1,110 @@
+"""The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
+
+It never talks to the database. It reads ("job", ...) from its pipe and answers ("done", id) or
+("failed", id, error, traceback); whatever kills it instead, the supervisor sees the pipe close and
+records the failed attempt itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import os
+import signal
+import sys
+import threading
+import traceback
+from multiprocessing.connection import Connection
+
+# How often a worker checks that its supervisor is still there, besides the parent-death signal.
+PARENT_CHECK_INTERVAL = 0.5
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(supervisor_pid: int) -> None:
+    """SIGKILL this process when its parent dies, and watch the supervisor itself as well.
+
+    Under forkserver the parent is the fork server, which exits as soon as the supervisor's end of its
+    pipe closes; the watcher thread covers the supervisor dying while the fork server lingers.
+    """
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except (OSError, AttributeError):  # not Linux: the watcher alone
+        pass
+    parent = os.getppid()
+
+    def watch() -> None:
+        stop = threading.Event()
+        while not stop.wait(PARENT_CHECK_INTERVAL):
+            try:
+                os.kill(supervisor_pid, 0)
+                alive = os.getppid() == parent
+            except ProcessLookupError:
+                alive = False
+            except PermissionError:
+                alive = True
+            if not alive:
+                os._exit(70)
+
+    threading.Thread(target=watch, name="jobsup-parent-watch", daemon=True).start()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    name = type(exc).__name__
+    if isinstance(exc, SystemExit):
+        return f"handler called sys.exit({exc.code!r})"
+    return f"{name}: {text}" if text else name
+
+
+def worker_main(conn: Connection, app_target: str, supervisor_pid: int, app_dir: str) -> None:
+    # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
+    if app_dir not in sys.path:
+        sys.path.insert(0, app_dir)
+    # Ctrl-C reaches the whole process group; the supervisor decides what it means.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    _die_with_parent(supervisor_pid)
+
+    from ..app import load_app
+    from ..errors import JobsupError
+    from ..job import Job
+
+    try:
+        app = load_app(app_target)
+    except JobsupError as exc:
+        conn.send(("fatal", str(exc)))
+        sys.exit(3)
+    except BaseException as exc:  # an app whose import raises SystemExit or worse
+        conn.send(("fatal", f"importing {app_target} failed: {_describe(exc)}"))
+        sys.exit(3)
+
+    handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
+    timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
+    conn.send(("ready", os.getpid(), sorted(handlers), timeouts))
+    loop = asyncio.new_event_loop()  # one loop for every async handler this worker runs
+
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return  # the supervisor is gone
+        if message[0] == "stop":
+            return
+        _, job_id, kind, payload, queue, attempts, max_attempts, priority = message
+        job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
+                  max_attempts=max_attempts, priority=priority)
+        if kind not in handlers:
+            conn.send(("failed", job_id, f"no handler for {kind}", None))
+            continue
+        func, is_async = handlers[kind]
+        try:
+            if is_async:
+                loop.run_until_complete(func(job))
+            else:
+                func(job)
+        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: one failed attempt, not the worker
+            conn.send(("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
+        else:
+            conn.send(("done", job_id))
