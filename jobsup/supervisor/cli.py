@@ -56,7 +56,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="replace a worker after about this many jobs, 0 for never "
                              "(env JOBSUP_MAX_JOBS_PER_PROC; default 0)")
     parser.add_argument("--max-memory", type=int, default=_env("max_memory", d.max_memory_mb),
-                        help="replace a worker between jobs once its RSS passes this many MB, 0 for never "
+                        help="replace a worker between jobs once its RSS passes this many MB; one that "
+                             "passes twice this during a job is killed, failing that attempt; 0 for never "
                              "(env JOBSUP_MAX_MEMORY; default 0)")
     parser.add_argument("--backoff-base", type=_duration, default=_env("backoff_base", d.backoff_base),
                         help="retry delay of the first failure, doubled on each next one "

@@ -338,6 +338,13 @@ class Keeper:
                 worker.over_memory = True
                 if worker.state == "idle":
                     self._retire_if_due(worker)
+                elif worker.state == "busy" and worker.rss > 2 * limit and worker.stop_reason is None:
+                    # Between jobs is the polite time to recycle; a job that doubles the limit is not
+                    # let run until the kernel's OOM killer picks a victim on its own.
+                    self.log("worker.over_memory", "warning", job=worker.job.id if worker.job else None,
+                             pid=worker.pid, rss_mb=worker.rss // 2**20)
+                    self.interrupt(worker, f"worker killed: rss {worker.rss // 2**20} MB over twice "
+                                           f"--max-memory {self.config.max_memory_mb} MB")
 
     def all_processes(self) -> list[Worker]:
         return list(self.workers.values()) + list(self.retiring)

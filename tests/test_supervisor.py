@@ -1,0 +1,215 @@
+"""`jobsup start` against a real PostgreSQL, with real worker processes and real signals."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import psutil
+import pytest
+
+from jobsup import queue
+
+from .helpers import jobsup, wait_for
+from .supervisor_helpers import Supervisor, enqueue_kinds, make_calls_table, status_counts
+
+
+@pytest.fixture
+def start(dsn):
+    started: list[Supervisor] = []
+
+    def _start(*args: str, **kwargs) -> Supervisor:
+        sup = Supervisor(dsn, *args, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield _start
+    for sup in started:
+        sup.close()
+
+
+def calls_per_job(conn) -> dict[int, int]:
+    return dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
+
+
+def test_eight_workers_handle_each_of_1000_jobs_exactly_once(conn, start):
+    make_calls_table(conn)
+    ids = enqueue_kinds(conn, ["record"] * 1000)
+    sup = start(procs=8)
+    wait_for(lambda: status_counts(conn).get("done") == 1000, timeout=60, message="1000 done")
+    calls = calls_per_job(conn)
+    assert sorted(calls) == sorted(ids)
+    assert set(calls.values()) == {1}
+    pids = {row[0] for row in conn.execute("SELECT DISTINCT pid FROM calls")}
+    assert len(pids) > 1  # the work was spread over workers
+    assert sup.stop() == 0
+    totals = conn.execute("SELECT sum(done) FROM jobsup.kind_totals WHERE kind = 'record'").fetchone()[0]
+    assert totals == 1000
+
+
+MISBEHAVIOUR = {
+    "raise": "RuntimeError: raised on attempt 2",
+    "exit": "worker exited with code 3",
+    "segfault": "worker exited with signal SIGSEGV",
+    "sigkill": "worker killed (SIGKILL; out of memory?)",
+    "hang": "timed out after 1s",
+    "sysexit": "handler called sys.exit(3)",
+    "interrupt": "KeyboardInterrupt",
+    "hog": "over twice --max-memory 100 MB",
+}
+
+
+def test_each_misbehaving_handler_costs_one_attempt_and_never_the_pool(conn, start):
+    make_calls_table(conn)
+    ids = dict(zip(MISBEHAVIOUR, enqueue_kinds(conn, list(MISBEHAVIOUR), max_attempts=2)))
+    sup = start("--max-memory", "100", "--heartbeat-interval", "100ms", procs=3)
+    wait_for(lambda: status_counts(conn).get("dead") == len(ids), timeout=60,
+             message="every misbehaving job dead")
+    for kind, job_id in ids.items():
+        attempts, last_error, errors = conn.execute(
+            "SELECT attempts, last_error, errors FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()
+        assert attempts == 2, kind
+        assert MISBEHAVIOUR[kind] in last_error, (kind, last_error)
+        assert [e["attempt"] for e in errors] == [1, 2], kind
+    # The pool is still whole and working.
+    [after] = enqueue_kinds(conn, ["record"])
+    wait_for(lambda: calls_per_job(conn).get(after) == 1, message="a job after the carnage")
+    assert len(sup.workers()) == 3
+    log = sup.log()
+    assert "worker.died" in log and "job.timed_out" in log
+    assert sup.stop() == 0
+    dead = conn.execute("SELECT sum(dead) FROM jobsup.kind_totals").fetchone()[0]
+    assert dead == len(ids)
+
+
+def test_unknown_kind_and_unusable_payload_end_dead_with_a_clear_error(conn, start):
+    unknown = queue.enqueue(conn, "no_such_kind", max_attempts=2)
+    unusable = queue.enqueue(conn, "needs_field", {"nothing": 1}, max_attempts=1)
+    start()
+    wait_for(lambda: status_counts(conn).get("dead") == 2, message="both dead")
+    errors = dict(conn.execute("SELECT id, last_error FROM jobsup.jobs").fetchall())
+    assert errors[unknown] == "no handler for no_such_kind"
+    assert errors[unusable] == "KeyError: 'count'"
+    [ok] = enqueue_kinds(conn, ["ok"])
+    wait_for(lambda: status_counts(conn).get("done") == 1, message="the pool still works")
+
+
+def test_a_slow_job_on_a_short_lease_and_the_jobs_prefetched_behind_it_run_once(conn, start):
+    make_calls_table(conn)
+    slow = queue.enqueue(conn, "sleep", {"seconds": 0.9}, priority=1)
+    behind = enqueue_kinds(conn, ["record"] * 3)
+    # One worker, so the prefetched jobs wait behind the slow one for longer than their lease.
+    start("--lease", "300ms", "--prefetch", "3", procs=1)
+    wait_for(lambda: status_counts(conn).get("done") == 4, message="all four done")
+    rows = conn.execute("SELECT id, attempts FROM jobsup.jobs ORDER BY id").fetchall()
+    assert rows == [(slow, 1)] + [(job_id, 1) for job_id in behind]
+    assert set(calls_per_job(conn).values()) == {1}
+
+
+def test_a_delayed_retry_starts_on_time_not_at_the_next_poll(conn, start):
+    job_id = queue.enqueue(conn, "flaky")
+    start("--backoff-base", "300ms", "--poll-interval", "30s")
+    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=5, message="the retry")
+    errors, started, done = conn.execute(
+        "SELECT errors, started_at, done_at FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()
+    assert len(errors) == 1
+    assert (done - started).total_seconds() < 1.0
+
+
+def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
+    sup = start("--poll-interval", "30s")
+    sup.wait_ready()
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
+    enqueued = time.monotonic()
+    queue.enqueue(conn, "ok")
+    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=5, message="done after NOTIFY")
+    assert time.monotonic() - enqueued < 2
+
+
+def test_heartbeat_describes_workers_and_a_clean_stop_removes_it(conn, start):
+    sup = start(procs=2)
+
+    def beat():
+        row = conn.execute("SELECT pid, queues, procs, workers FROM jobsup.supervisors").fetchone()
+        return row if row and all(w["state"] == "idle" for w in row[3]) and len(row[3]) == 2 else None
+
+    pid, queues, procs, workers = wait_for(beat, message="a heartbeat with two idle workers")
+    assert (pid, queues, procs) == (sup.pid, ["default"], 2)
+    assert {w["pid"] for w in workers} == {p.pid for p in sup.workers()}
+    assert all(w["rss"] > 0 for w in workers)
+    assert sup.stop() == 0
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+
+
+def test_workers_are_recycled_after_max_jobs_per_proc(conn, start):
+    make_calls_table(conn)
+    enqueue_kinds(conn, ["record"] * 40)
+    sup = start("--max-jobs-per-proc", "5", procs=1)
+    wait_for(lambda: status_counts(conn).get("done") == 40, timeout=60, message="40 done")
+    pids = conn.execute("SELECT count(DISTINCT pid) FROM calls").fetchone()[0]
+    assert pids >= 4  # 5 to 5.5 jobs each, so about 7 workers
+    assert "worker.recycled" in sup.log()
+
+
+def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, start):
+    make_calls_table(conn)
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 0.6}) for _ in range(8)])
+    sup = start("--prefetch", "4", procs=2)
+    wait_for(lambda: status_counts(conn).get("running") == 6, message="2 running, 4 prefetched")
+    sup.signal(signal.SIGTERM)
+    assert sup.process.wait(20) == 0
+    rows = dict(conn.execute("SELECT id, status FROM jobsup.jobs").fetchall())
+    done = [i for i in ids if rows[i] == "done"]
+    assert len(done) == 2
+    assert all(rows[i] == "queued" for i in ids if i not in done)
+    attempts = dict(conn.execute("SELECT id, attempts FROM jobsup.jobs WHERE status = 'queued'").fetchall())
+    assert set(attempts.values()) == {0}  # handed back without losing an attempt
+    assert "shutdown.released" in sup.log()
+
+
+def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn, start):
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
+    sup = start("--shutdown-timeout", "300ms", procs=2)
+    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    wait_for(lambda: all(w.status() != psutil.STATUS_ZOMBIE for w in sup.workers()) and len(sup.workers()) == 2)
+    time.sleep(0.2)  # let both handlers actually start sleeping
+    sup.signal(signal.SIGINT, group=True)  # Ctrl-C in the terminal reaches the workers too
+    assert sup.process.wait(20) == 0
+    rows = conn.execute("SELECT status, attempts, last_error FROM jobsup.jobs ORDER BY id").fetchall()
+    assert [r[:2] for r in rows] == [("queued", 0), ("queued", 0)]  # never buried for it
+    assert all("interrupted" in r[2] for r in rows)
+    assert not sup.workers()
+
+
+def test_a_second_ctrl_c_stops_at_once(conn, start):
+    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
+    sup = start("--shutdown-timeout", "60s", procs=2)
+    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    sup.signal(signal.SIGINT, group=True)
+    sup.wait_log("shutdown.started")
+    stopped = time.monotonic()
+    sup.signal(signal.SIGINT, group=True)
+    assert sup.process.wait(10) == 130
+    assert time.monotonic() - stopped < 5
+    assert status_counts(conn) == {"queued": 2}
+    wait_for(lambda: not sup.workers(), timeout=5, message="no worker left")
+
+
+@pytest.mark.parametrize("target, words", [
+    ("examples.broken_app:app", "examples.broken_app is broken on purpose"),
+    ("examples.misbehave:nope", "has no attribute 'nope'"),
+    ("no_such_module_anywhere:app", "cannot import 'no_such_module_anywhere'"),
+    ("examples.misbehave", "must look like module:attribute"),
+])
+def test_an_app_that_does_not_load_is_one_clear_error(dsn, target, words):
+    result = jobsup("start", "--dsn", dsn, "--app", target, "--procs", "2", timeout=60)
+    assert result.returncode == 3 if ":" in target else result.returncode in (2, 3)
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("jobsup: error:") and words in last, result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_start_on_a_database_without_the_schema_says_to_migrate(empty_dsn):
+    result = jobsup("start", "--dsn", empty_dsn, "--app", "examples.misbehave:app", "--procs", "1")
+    assert result.returncode == 1
+    assert "jobsup migrate" in result.stderr and "Traceback" not in result.stderr
