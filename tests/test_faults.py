@@ -1,0 +1,130 @@
+"""Faults from outside the supervisor: killed connections, a restarted server, a SIGKILLed supervisor,
+a claimer that dies holding jobs, and two supervisors on one database."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import psutil
+import psycopg
+import pytest
+
+from jobsup import embedded, queue
+
+from .helpers import wait_for
+from .supervisor_helpers import Supervisor, enqueue_kinds, make_calls_table, status_counts
+
+
+@pytest.fixture
+def start(dsn):
+    started: list[Supervisor] = []
+
+    def _start(*args: str, **kwargs) -> Supervisor:
+        sup = Supervisor(dsn, *args, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield _start
+    for sup in started:
+        sup.close()
+
+
+def calls(conn) -> dict[int, int]:
+    return dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
+
+
+def done_count(conn) -> int:
+    return status_counts(conn).get("done", 0)
+
+
+def _claim_and_die(dsn: str) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        queue.claim(conn, ["default"], 3, "doomed-worker", 0.3)
+    os._exit(1)
+
+
+def test_a_claimer_that_dies_holding_jobs_has_them_returned_by_the_reaper(conn, start):
+    make_calls_table(conn)
+    ids = enqueue_kinds(conn, ["record"] * 3)
+    process = multiprocessing.get_context("spawn").Process(target=_claim_and_die, args=(conn.info.dsn,))
+    process.start()
+    process.join(30)
+    assert status_counts(conn) == {"running": 3}
+    sup = start()
+    wait_for(lambda: done_count(conn) == 3, message="the reaped jobs done")
+    assert calls(conn) == {i: 1 for i in ids}
+    attempts = {r[0] for r in conn.execute("SELECT attempts FROM jobsup.jobs")}
+    assert attempts == {2}  # the lost attempt counts
+    assert "reaped" in sup.log()
+    event = conn.execute("SELECT action, count, job_ids, detail FROM jobsup.events").fetchone()
+    assert event[:3] == ("reaped", 3, ids) and event[3]["from"] == ["doomed-worker"]
+
+
+def test_killed_connections_lose_no_job(conn, start):
+    make_calls_table(conn)
+    ids = enqueue_kinds(conn, ["record"] * 3000)
+    sup = start(procs=4)
+    wait_for(lambda: done_count(conn) > 300, message="work under way")
+    for _ in range(3):
+        before = done_count(conn)
+        killed = conn.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+            "WHERE application_name LIKE 'jobsup %%' AND datname = current_database()").fetchone()[0]
+        assert killed >= 3
+        wait_for(lambda: done_count(conn) > before + 100 or done_count(conn) == len(ids),
+                 message="work resumes after the kill")
+    wait_for(lambda: done_count(conn) == len(ids), timeout=60, message="every job done")
+    assert calls(conn) == {i: 1 for i in ids}
+    assert "db.reconnected" in sup.log()
+    assert sup.stop() == 0
+
+
+def test_a_restarted_server_loses_no_job(conn, start, pg_data_dir):
+    if pg_data_dir is None:
+        pytest.skip("restarts the embedded server; JOBSUP_TEST_DSN names another")
+    make_calls_table(conn)
+    ids = enqueue_kinds(conn, ["record"] * 2000)
+    sup = start(procs=4)
+    wait_for(lambda: done_count(conn) > 200, message="work under way")
+    embedded.restart(pg_data_dir)
+    with psycopg.connect(conn.info.dsn, autocommit=True) as fresh:
+        wait_for(lambda: done_count(fresh) == len(ids), timeout=60, message="every job done after restart")
+        assert set(calls(fresh)) == set(ids)
+        # A result written by a worker but not yet by the supervisor can be run again after a restart
+        # only if its lease lapsed; with the default 30 s lease, nothing runs twice.
+        assert set(calls(fresh).values()) == {1}
+    assert "db.reconnected" in sup.log()
+    assert sup.stop() == 0
+
+
+def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_jobs(conn, start):
+    make_calls_table(conn)
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
+    first = start("--lease", "1s", procs=2)
+    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    wait_for(lambda: len(first.workers()) == 2)
+    workers = first.workers()
+    os.kill(first.pid, signal.SIGKILL)
+    first.process.wait(10)
+    wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers),
+             timeout=10, message="the workers die with their supervisor")
+    conn.execute("UPDATE jobsup.jobs SET payload = '{\"seconds\": 0}'")  # so the second run is quick
+    second = start(procs=2)
+    wait_for(lambda: done_count(conn) == 2, timeout=20, message="recovered by the second supervisor")
+    assert set(calls(conn)) == set(ids)
+    assert {r[0] for r in conn.execute("SELECT attempts FROM jobsup.jobs")} == {2}
+    assert "reaped" in second.log()
+
+
+def test_two_supervisors_share_the_work_without_duplicates(conn, start):
+    make_calls_table(conn)
+    ids = enqueue_kinds(conn, ["record"] * 2000)
+    a = start(procs=3)
+    b = start(procs=3)
+    wait_for(lambda: done_count(conn) == len(ids), timeout=60, message="every job done")
+    assert calls(conn) == {i: 1 for i in ids}
+    by = dict(conn.execute("SELECT locked_by, count(*) FROM jobsup.jobs GROUP BY locked_by").fetchall())
+    assert len(by) == 2 and min(by.values()) > 100  # both took a real share
+    assert a.stop() == 0 and b.stop() == 0
