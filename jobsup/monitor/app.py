@@ -1,0 +1,389 @@
+"""`jobsup top`: the Textual application. Thin: Source reads, figures.py computes, panels.py lays out.
+
+Every query runs in a Textual worker that never takes the app down (exit_on_error=False); results come
+back as messages, and one handler reports any worker that failed. At most one refresh runs at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import tzinfo
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult, SystemCommand
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Input, Static
+from textual.worker import Worker, WorkerState
+
+from ..errors import DatabaseUnavailable
+from . import figures as fig
+from .figures import Figures, Scope
+from .panels import (DeadPanel, GroupsPanel, KindsPanel, Panel, QueuesPanel, ReaperPanel, ThroughputPanel,
+                     View, WorkersPanel, group_scope, pack, selected_key, worker_job)
+from .screens import Confirm, HelpScreen, JobScreen
+from .source import Source
+
+# The key map, as data: the footer, the help screen and the command palette all read it.
+KEYS: list[Binding] = [
+    Binding("r", "requeue", "Requeue", tooltip="requeue the selected dead job"),
+    Binding("R", "requeue_scope", "Requeue all…",
+            tooltip="requeue every dead job of the selected kind or error group (asks first)"),
+    Binding("slash", "filter", "Filter", tooltip="show only a kind or queue whose name contains the text"),
+    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
+    Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
+    Binding("q", "quit", "Quit", tooltip="quit"),
+    # In --read-only mode r and R fall through to this one, which says why nothing happens.
+    Binding("r,R", "refuse", show=False),
+]
+# Keys that are not bindings of the app, for the help screen.
+OTHER_KEYS = [("Tab / Shift+Tab", "move between panels"), ("↑ ↓ PgUp PgDn", "move in a panel"),
+              ("Enter", "open the selected job (dead jobs, busy workers)"), ("Ctrl+P", "command palette")]
+WRITES = {"requeue", "requeue_scope"}
+
+
+class FiguresReady(Message):
+    def __init__(self, figures: Figures) -> None:
+        super().__init__()
+        self.figures = figures
+
+
+class SourceDown(Message):
+    def __init__(self, reason: str) -> None:
+        super().__init__()
+        self.reason = reason
+
+
+class Requeued(Message):
+    def __init__(self, ids: list[int], asked: int, scope: str) -> None:
+        super().__init__()
+        self.ids = ids
+        self.asked = asked
+        self.scope = scope
+
+
+class FilterInput(Input):
+    BINDINGS = [Binding("escape", "app.clear_filter", show=False)]
+
+
+class TopApp(App[None]):
+    CSS_PATH = "top.tcss"
+    TITLE = "jobsup top"
+    BINDINGS = KEYS
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+
+    def __init__(self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, warn_age: float = fig.DEFAULT_WARN_AGE,
+                 stale_after: float = fig.STALE_AFTER, read_only: bool = False, tz: tzinfo | None = None) -> None:
+        super().__init__()
+        self.source = source
+        self.refresh_every = refresh
+        self.warn_age = warn_age
+        self.stale_after = stale_after
+        self.read_only = read_only or source.read_only
+        self.tz = tz  # None: the terminal's local time
+        self.figures: Figures | None = None
+        self.previous: Figures | None = None
+        self.throughput = fig.Throughput()
+        self.match: str | None = None
+        self.paused = False
+        self.down: str | None = None  # why the last refresh failed, while the figures are stale
+        self.refreshes = 0  # successful refreshes, for tests and the curious
+        self._refreshing = False
+        self._again = False
+
+    # --- layout --------------------------------------------------------------------------------
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="title")
+        yield Static(id="banner")
+        yield Static(id="headline")
+        with Vertical(id="panels"):
+            with Horizontal(classes="band"):
+                yield KindsPanel(id="kinds-panel")
+                with Vertical(id="side"):
+                    yield QueuesPanel(id="queues-panel")
+                    yield ThroughputPanel(id="throughput-panel")
+            with Horizontal(classes="band"):
+                yield DeadPanel(id="dead-panel")
+                yield GroupsPanel(id="groups-panel")
+            with Horizontal(classes="band"):
+                yield WorkersPanel(id="workers-panel")
+                yield ReaperPanel(id="reaper-panel")
+        yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)",
+                          id="filter")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.main = self.screen  # the panels' screen; self.screen is a dialog while one is open
+        self.main.query_one("#kinds", DataTable).focus()
+        self.theme_changed_signal.subscribe(self, lambda _theme: self._render())
+        self._render()
+        self.set_interval(self.refresh_every, self._tick)
+        self.refresh_now()
+
+    # --- refreshing ----------------------------------------------------------------------------
+
+    def _tick(self) -> None:
+        if not self.paused:
+            self.refresh_now()
+
+    def refresh_now(self) -> None:
+        """Start a refresh unless one is running; then one more follows it, with the latest filter."""
+        if self._refreshing:
+            self._again = True
+            return
+        self._refreshing = True
+        self.run_worker(self._refresh(), name="refresh", group="refresh", exit_on_error=False)
+
+    async def _refresh(self) -> None:
+        try:
+            try:
+                figures = await self.source.refresh(self.match)
+            except DatabaseUnavailable as exc:
+                self.post_message(SourceDown(str(exc)))
+            else:
+                self.post_message(FiguresReady(figures))
+        finally:
+            self._refreshing = False
+            if self._again:
+                self._again = False
+                self.call_later(self.refresh_now)
+
+    def on_figures_ready(self, message: FiguresReady) -> None:
+        self.previous, self.figures = self.figures, message.figures
+        total = message.figures.total
+        self.throughput.add(message.figures.now.timestamp(), total.done, total.failed)
+        if self.down is not None:
+            self.notify("connected again", title="database")
+        self.down = None
+        self.refreshes += 1
+        self._render()
+
+    def on_source_down(self, message: SourceDown) -> None:
+        self.down = message.reason
+        self._render()
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place a failed worker is reported: the console carries on."""
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(str(error) or type(error).__name__, title=f"{event.worker.name} failed",
+                        severity="error", timeout=8)
+
+    # --- drawing -------------------------------------------------------------------------------
+
+    def _view(self) -> View:
+        colours = self.get_css_variables()
+        changed = fig.changed(self.previous, self.figures) if self.figures else set()
+        return View(match=self.match, warn_age=self.warn_age, stale_after=self.stale_after,
+                    changed=frozenset(changed), accent=f"bold {colours['accent']}",
+                    warning=f"bold {colours['warning']}", error=f"bold {colours['error']}",
+                    success=colours["success"], tz=self.tz)
+
+    def _render(self) -> None:
+        if not self.main.is_attached:
+            return  # the app is closing: a refresh that ended meanwhile has nowhere to go
+        view = self._view()
+        self.main.query_one("#title", Static).update(self._title_line())
+        banner = self.main.query_one("#banner", Static)
+        banner.set_class(self.down is not None, "-shown")
+        panels = self.main.query_one("#panels")
+        panels.set_class(self.down is not None, "-stale")
+        if self.down is not None:
+            when = f" · the figures below are from {self._clock()}" if self.figures else ""
+            banner.update(Text(f"⚠ database unavailable: {self.down}{when} · reconnecting…"))
+        if self.figures is None:
+            self.main.query_one("#headline", Static).update(Text("connecting to the database…", style="dim"))
+            return
+        self.main.query_one("#headline", Static).update(self._headline(self.figures, view))
+        for panel in self.main.query(Panel):
+            panel.show(self.figures, view)
+        self.main.query_one(ThroughputPanel).show_rates(self.throughput)
+
+    def _clock(self) -> str:
+        return f"{self.figures.now.astimezone(self.tz):%H:%M:%S}" if self.figures else "-"
+
+    def _title_line(self) -> Text:
+        state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
+        style = {"stale": "bold reverse", "paused": "bold reverse", "live": "bold"}.get(state, "")
+        # The database comes last: it is the part a narrow terminal can lose.
+        parts: list[tuple[str, str] | str] = [("jobsup top ", "bold"), (f" {state} ", style), f" {self._clock()}",
+                                              f" · every {fig.age(self.refresh_every)}"]
+        if self.match:
+            parts.append(("  filter: " + self.match, "bold"))
+        if self.read_only:
+            parts.append(("  READ-ONLY", "bold"))
+        parts.append(f"  {self.source.label}")
+        return Text.assemble(*parts)
+
+    def _headline(self, figures: Figures, view: View) -> Text:
+        total = figures.total
+        live = figures.live_supervisors(self.stale_after)
+        workers = [w for s in live for w in s.workers]
+        busy = sum(1 for w in workers if w.state == "busy")
+        minute = self.throughput.last_minute("done")
+        done_minute = "-" if minute is None else ("" if minute[1] else "~") + fig.count(minute[0])
+        oldest = figures.oldest_ready
+        stale = len(figures.supervisors) - len(live)
+        items = [("ready", fig.count(total.ready), ""), ("scheduled", fig.count(total.scheduled), ""),
+                 ("running", fig.count(total.running), ""),
+                 ("dead", fig.count(total.dead), view.error if total.dead else ""),
+                 ("done/min", done_minute, ""),
+                 ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
+                 ("supervisors", f"{len(live)}" + (f" (+{stale} stale)" if stale else ""),
+                  view.error if stale else ""),
+                 ("workers", f"{busy}/{len(workers)} busy", "")]
+        width = self.main.query_one("#headline").size.width - 2
+        return pack([Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
+                    width if width > 0 else self.size.width - 2)
+
+    # --- actions -------------------------------------------------------------------------------
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in WRITES:
+            return not self.read_only
+        if action == "refuse":
+            return self.read_only
+        return True
+
+    def action_refuse(self) -> None:
+        self.notify("this console is read-only (--read-only): nothing was requeued", severity="warning")
+
+    def _focused_table(self) -> DataTable | None:
+        return self.focused if isinstance(self.focused, DataTable) else None
+
+    def action_requeue(self) -> None:
+        table = self._focused_table()
+        key = selected_key(table) if table is not None and table.id == "dead" else None
+        if key is None:
+            self.notify("select a dead job first (Tab to the dead jobs table); R requeues a whole kind or group",
+                        severity="warning")
+            return
+        job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None) if self.figures else None
+        scope = f"dead job {key}" + (f" ({job.kind})" if job else "")
+        self.run_worker(self._requeue([int(key)], None, scope), name="requeue", exit_on_error=False)
+
+    def _selected_scope(self) -> Scope:
+        table = self._focused_table()
+        key = selected_key(table) if table is not None else None
+        if table is None or key is None:
+            return Scope()
+        if table.id == "kinds":
+            return self.main.query_one(KindsPanel).scope()
+        if table.id == "groups":
+            return group_scope(key)
+        if table.id == "dead" and self.figures:
+            job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None)
+            return Scope(kind=job.kind) if job else Scope()
+        return Scope()
+
+    def action_requeue_scope(self) -> None:
+        self.run_worker(self._requeue_scope(self._selected_scope()), name="requeue", exit_on_error=False)
+
+    async def _requeue_scope(self, scope: Scope) -> None:
+        ids = await self.source.dead_ids(scope)
+        if not ids:
+            self.notify(f"no {scope.describe(0).removeprefix('0 ')} to requeue", severity="warning")
+            return
+        stated = scope.describe(len(ids))
+        yes = await self.push_screen_wait(Confirm(
+            f"Requeue {stated}?",
+            "Each goes back to its queue with its attempts reset to 0; its error history is kept."))
+        if not yes:
+            self.notify("nothing was requeued")
+            return
+        await self._requeue(ids, scope.kind, stated)
+
+    async def _requeue(self, ids: list[int], kind: str | None, scope: str) -> None:
+        done = await self.source.requeue(ids, kind=kind)
+        self.post_message(Requeued(done, len(ids), scope))
+
+    def on_requeued(self, message: Requeued) -> None:
+        n = len(message.ids)
+        if n == message.asked:
+            self.notify(f"requeued {message.scope}" if n == 1 else f"requeued {message.scope}", title="requeue")
+        else:
+            self.notify(f"requeued {n} of {message.scope}: the others were no longer dead, or their "
+                        "unique key is live again", title="requeue", severity="warning")
+        self.refresh_now()
+
+    def action_filter(self) -> None:
+        box = self.main.query_one(FilterInput)
+        box.add_class("-shown")
+        box.value = self.match or ""
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.match = event.value.strip() or None
+        self._render()
+        self.refresh_now()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_submitted(self, event: Input.Submitted) -> None:
+        box = self.main.query_one(FilterInput)
+        box.remove_class("-shown")
+        self.main.query_one("#dead", DataTable).focus()
+
+    def action_clear_filter(self) -> None:
+        box = self.main.query_one(FilterInput)
+        was_open = box.has_class("-shown")
+        box.remove_class("-shown")
+        if was_open:
+            self.main.query_one("#kinds", DataTable).focus()
+        if self.match is not None or box.value:
+            box.value = ""  # posts Input.Changed, which clears the match and refreshes
+            self.match = None
+            self._render()
+            self.refresh_now()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self._render()
+        if not self.paused:
+            self.refresh_now()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.key_help()))
+
+    def key_help(self) -> list[tuple[str, str]]:
+        keys = [(self.get_key_display(b), b.tooltip) for b in KEYS
+                if b.tooltip and not (self.read_only and b.action in WRITES)]
+        return keys + OTHER_KEYS
+
+    @on(DataTable.RowSelected)
+    def _open_job(self, event: DataTable.RowSelected) -> None:
+        key = event.row_key.value
+        job_id = int(key) if event.data_table.id == "dead" else \
+            worker_job(key) if event.data_table.id == "workers" else None
+        if job_id is not None:
+            self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
+
+    async def _show_job(self, job_id: int) -> None:
+        job = await self.source.job(job_id)
+        if job is None:
+            self.notify(f"job {job_id} no longer exists", severity="warning")
+            return
+        now = self.figures.now if self.figures else job["created_at"]
+        answer = await self.push_screen_wait(JobScreen(job, now, tz=self.tz, read_only=self.read_only))
+        if answer == "requeue":
+            await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if not self.read_only:
+            yield SystemCommand("Requeue the selected dead job", "r: the job under the cursor of the dead "
+                                "jobs table", self.action_requeue)
+            yield SystemCommand("Requeue dead jobs of the selection…", "R: the selected kind or error group, "
+                                "or all; asks first", self.action_requeue_scope)
+        yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
+        yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
+        yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)
+        yield SystemCommand("Show the keys", "?", self.action_help)
+
+    async def on_unmount(self) -> None:
+        await self.source.close()

@@ -1,0 +1,447 @@
+"""What the console shows, as frozen values, and the pure helpers that turn them into text.
+
+Nothing here talks to the database or imports textual: source.py fills these values, the screen only
+lays them out. Every age is measured against the database's clock (`Figures.now`), so a console on a
+laptop whose clock is off still shows true ages.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
+DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
+# A supervisor writes its row every second; three missed beats (and some slack) means it is stale.
+STALE_AFTER = 5.0
+# How far back the throughput sparklines reach, in seconds.
+HISTORY_SECONDS = 300.0
+# Minutes of reaper activity the rescues sparkline covers.
+REAPER_MINUTES = 30
+
+COUNT_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
+
+
+@dataclass(frozen=True)
+class KindRow:
+    kind: str
+    ready: int = 0
+    scheduled: int = 0  # queued with a future run_at
+    running: int = 0
+    done: int = 0  # ever
+    failed: int = 0  # failed attempts, ever
+    dead: int = 0  # dead now
+    queues: tuple[str, ...] = ()  # queues holding live jobs of this kind
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    queue: str
+    ready: int = 0
+    scheduled: int = 0
+    running: int = 0
+    oldest: float | None = None  # age in seconds of the oldest ready job
+    kinds: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class DeadJob:
+    id: int
+    kind: str
+    queue: str
+    attempts: int
+    max_attempts: int
+    done_at: datetime | None
+    last_error: str | None
+
+
+@dataclass(frozen=True)
+class DeadGroup:
+    kind: str
+    error: str | None  # the exact last error shared by the group
+    count: int
+    last_at: datetime | None
+
+
+@dataclass(frozen=True)
+class Worker:
+    pid: int
+    state: str  # starting, idle, busy, stopping
+    job_id: int | None = None
+    kind: str | None = None
+    job_started_at: datetime | None = None
+    rss: int | None = None  # bytes
+    cpu: float | None = None  # percent
+    jobs_done: int = 0
+    restarts: int = 0
+    last_exit: str | None = None
+
+
+@dataclass(frozen=True)
+class Supervisor:
+    id: str
+    host: str
+    pid: int
+    version: str
+    queues: tuple[str, ...]
+    procs: int
+    started_at: datetime
+    heartbeat_age: float  # seconds since its last heartbeat, by the database's clock
+    state: str
+    jobs_done: int
+    workers: tuple[Worker, ...] = ()
+
+    def stale(self, after: float = STALE_AFTER) -> bool:
+        return self.heartbeat_age > after
+
+
+@dataclass(frozen=True)
+class ReaperPass:
+    id: int
+    at: datetime
+    supervisor: str | None  # the reaper's supervisor
+    count: int
+    job_ids: tuple[int, ...]
+    sources: tuple[str, ...]  # supervisors whose leases ran out
+    dead: int  # of the returned jobs, those that had no attempt left
+
+
+@dataclass(frozen=True)
+class Figures:
+    now: datetime  # the database's clock when the figures were read
+    kinds: tuple[KindRow, ...] = ()
+    queues: tuple[QueueRow, ...] = ()
+    dead_jobs: tuple[DeadJob, ...] = ()
+    dead_groups: tuple[DeadGroup, ...] = ()
+    supervisors: tuple[Supervisor, ...] = ()
+    reaper_passes: tuple[ReaperPass, ...] = ()
+    reaped_per_minute: tuple[int, ...] = ()  # oldest minute first, the current one last
+    match: str | None = None  # the filter the database applied to the dead jobs and groups
+
+    @property
+    def total(self) -> KindRow:
+        return KindRow("total", **{name: sum(getattr(k, name) for k in self.kinds) for name in COUNT_COLUMNS})
+
+    @property
+    def oldest_ready(self) -> float | None:
+        ages = [q.oldest for q in self.queues if q.oldest is not None]
+        return max(ages) if ages else None
+
+    def live_supervisors(self, stale_after: float = STALE_AFTER) -> list[Supervisor]:
+        return [s for s in self.supervisors if not s.stale(stale_after)]
+
+
+@dataclass(frozen=True)
+class Scope:
+    """Which dead jobs a bulk requeue takes: every one, one kind's, or one kind's with one last error."""
+
+    kind: str | None = None
+    error: str | None = None
+    by_error: bool = False
+
+    def describe(self, count: int) -> str:
+        """
+        >>> Scope().describe(3)
+        '3 dead jobs (all of them, every kind)'
+        >>> Scope("email").describe(1)
+        '1 dead email job'
+        >>> Scope("email", "SMTP timeout", by_error=True).describe(412)
+        "412 dead email jobs whose last error is 'SMTP timeout'"
+        """
+        jobs = f"{count:,} dead {self.kind + ' ' if self.kind else ''}job{'' if count == 1 else 's'}"
+        if self.kind is None:
+            return jobs + " (all of them, every kind)"
+        if self.by_error:
+            return jobs + (" with no last error" if self.error is None else
+                           f" whose last error is {short_error(self.error, 80)!r}")
+        return jobs
+
+
+# --- building the figures from rows ------------------------------------------------------------
+
+
+def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[Mapping[str, Any]],
+          oldest: Sequence[Mapping[str, Any]], dead_jobs: Sequence[Mapping[str, Any]],
+          dead_groups: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]],
+          passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
+          minutes: int = REAPER_MINUTES, match: str | None = None) -> Figures:
+    """Figures from the rows of the console's statements (see source.py for which is which)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    queues: dict[str, dict[str, Any]] = {}
+    for row in live:
+        k = kinds.setdefault(row["kind"], {"queues": set()})
+        q = queues.setdefault(row["queue"], {"kinds": set()})
+        k["queues"].add(row["queue"])
+        q["kinds"].add(row["kind"])
+        for name in ("ready", "scheduled", "running"):
+            k[name] = k.get(name, 0) + row[name]
+            q[name] = q.get(name, 0) + row[name]
+    for row in totals:
+        kinds.setdefault(row["kind"], {"queues": set()}).update(
+            done=row["done"], failed=row["failed"], dead=row["dead"])
+    for row in oldest:
+        queues.setdefault(row["queue"], {"kinds": set()})["oldest"] = row["age"]
+    return Figures(
+        now=now,
+        kinds=tuple(KindRow(kind, **{**c, "queues": tuple(sorted(c["queues"]))})
+                    for kind, c in sorted(kinds.items())),
+        queues=tuple(QueueRow(queue, **{**c, "kinds": tuple(sorted(c["kinds"]))})
+                     for queue, c in sorted(queues.items())),
+        dead_jobs=tuple(DeadJob(**{k: r[k] for k in ("id", "kind", "queue", "attempts", "max_attempts",
+                                                      "done_at", "last_error")}) for r in dead_jobs),
+        dead_groups=tuple(DeadGroup(r["kind"], r["last_error"], r["count"], r["last_at"]) for r in dead_groups),
+        supervisors=tuple(supervisor(r) for r in supervisors),
+        reaper_passes=tuple(reaper_pass(r) for r in passes),
+        reaped_per_minute=per_minute_series(per_minute, minutes),
+        match=match,
+    )
+
+
+def supervisor(row: Mapping[str, Any]) -> Supervisor:
+    workers = row.get("workers") or []
+    return Supervisor(
+        id=row["id"], host=row["host"], pid=row["pid"], version=row["version"], queues=tuple(row["queues"]),
+        procs=row["procs"], started_at=row["started_at"], heartbeat_age=float(row["heartbeat_age"] or 0.0),
+        state=row["state"], jobs_done=row["jobs_done"],
+        workers=tuple(worker(w) for w in workers if isinstance(w, Mapping)),
+    )
+
+
+def worker(item: Mapping[str, Any]) -> Worker:
+    """A worker of a supervisor's heartbeat row, tolerant of missing fields.
+
+    >>> worker({"pid": 7, "state": "busy", "job_id": 3, "job_started_at": "2026-01-01T00:00:00+00:00"}).job_started_at.year
+    2026
+    >>> worker({"pid": 7}).state
+    '?'
+    """
+    return Worker(
+        pid=int(item.get("pid") or 0), state=str(item.get("state") or "?"), job_id=item.get("job_id"),
+        kind=item.get("kind"), job_started_at=parse_time(item.get("job_started_at")), rss=item.get("rss"),
+        cpu=item.get("cpu"), jobs_done=int(item.get("jobs_done") or 0), restarts=int(item.get("restarts") or 0),
+        last_exit=item.get("last_exit"),
+    )
+
+
+def reaper_pass(row: Mapping[str, Any]) -> ReaperPass:
+    detail = row.get("detail") or {}
+    sources = detail.get("from") or []
+    return ReaperPass(id=row["id"], at=row["at"], supervisor=row["supervisor"], count=row["count"],
+                      job_ids=tuple(row["job_ids"] or ()),
+                      sources=tuple(str(s) for s in sources if s is not None), dead=int(detail.get("dead") or 0))
+
+
+def parse_time(value: Any) -> datetime | None:
+    """
+    >>> parse_time("2026-03-01T10:00:00.5+00:00").isoformat()
+    '2026-03-01T10:00:00.500000+00:00'
+    >>> parse_time("not a time") is None, parse_time(None) is None
+    (True, True)
+    """
+    if isinstance(value, datetime):
+        return value
+    if not isinstance(value, str):
+        return None
+    try:
+        return datetime.fromisoformat(value)
+    except ValueError:
+        return None
+
+
+def per_minute_series(rows: Iterable[Mapping[str, Any]], minutes: int) -> tuple[int, ...]:
+    """Counts per minute, oldest first, from rows of (minutes_ago, count); missing minutes are 0.
+
+    >>> per_minute_series([{"minutes_ago": 0, "count": 4}, {"minutes_ago": 2, "count": 1}], 4)
+    (0, 1, 0, 4)
+    """
+    series = [0] * minutes
+    for row in rows:
+        ago = int(row["minutes_ago"])
+        if 0 <= ago < minutes:
+            series[minutes - 1 - ago] += int(row["count"])
+    return tuple(series)
+
+
+# --- throughput, from the growth of the per-kind totals ------------------------------------------
+
+
+@dataclass
+class Throughput:
+    """Done and failed totals over time; rates come from the differences between refreshes.
+
+    >>> t = Throughput()
+    >>> for second, done in enumerate([100, 110, 130, 130]):
+    ...     t.add(float(second), done, failed=0)
+    >>> t.rates("done")
+    [10.0, 20.0, 0.0]
+    >>> t.last_minute("done")  # only 3 s of history: extrapolated to a minute
+    (600, False)
+    """
+
+    seconds: float = HISTORY_SECONDS
+    samples: deque[tuple[float, int, int]] = field(default_factory=deque)
+
+    def add(self, at: float, done: int, failed: int) -> None:
+        if self.samples and at <= self.samples[-1][0]:
+            return  # the same figures again (a refresh after a requeue): no time has passed
+        self.samples.append((at, done, failed))
+        while len(self.samples) > 2 and at - self.samples[1][0] >= self.seconds:
+            self.samples.popleft()
+
+    def _index(self, name: str) -> int:
+        return 1 if name == "done" else 2
+
+    def rates(self, name: str) -> list[float]:
+        """Per-second rates between consecutive samples, oldest first (a total that shrank counts 0)."""
+        i = self._index(name)
+        pairs = zip(list(self.samples), list(self.samples)[1:])
+        return [max(0, b[i] - a[i]) / (b[0] - a[0]) for a, b in pairs]
+
+    def rate(self, name: str) -> float | None:
+        rates = self.rates(name)
+        return rates[-1] if rates else None
+
+    def last_minute(self, name: str) -> tuple[int, bool] | None:
+        """How many in the last minute, and whether that is measured (True) or extrapolated from less."""
+        if len(self.samples) < 2:
+            return None
+        i = self._index(name)
+        newest = self.samples[-1]
+        base = next((s for s in reversed(self.samples) if newest[0] - s[0] >= 60.0), None)
+        if base is not None:
+            return max(0, newest[i] - base[i]), True
+        oldest = self.samples[0]
+        span = newest[0] - oldest[0]
+        return round(max(0, newest[i] - oldest[i]) * 60.0 / span), False
+
+
+# --- formatting -----------------------------------------------------------------------------------
+
+
+def count(n: int | None) -> str:
+    """
+    >>> count(1234567), count(0), count(None)
+    ('1,234,567', '0', '-')
+    """
+    return "-" if n is None else f"{n:,}"
+
+
+def age(seconds: float | None) -> str:
+    """A compact age: what fits in a narrow column.
+
+    >>> [age(s) for s in (None, 0.2, 4.25, 59.9, 61, 3599, 3600 * 5 + 60 * 7, 86400 * 3 + 3600 * 2)]
+    ['-', '0.2s', '4.2s', '59.9s', '1m01s', '59m59s', '5h07m', '3d02h']
+    """
+    if seconds is None:
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{int(seconds * 10) / 10:.1f}s"
+    if seconds < 3600:
+        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def since(moment: datetime | None, now: datetime) -> float | None:
+    return None if moment is None else (now - moment).total_seconds()
+
+
+def size(n: int | None) -> str:
+    """Bytes, as top shows them.
+
+    >>> size(None), size(512), size(48 * 1024 ** 2), size(3 * 1024 ** 3 // 2)
+    ('-', '512B', '48M', '1.5G')
+    """
+    if n is None:
+        return "-"
+    if n < 1024:
+        return f"{n}B"
+    for unit, scale in (("K", 1024), ("M", 1024 ** 2), ("G", 1024 ** 3)):
+        if n < scale * 1024 or unit == "G":
+            value = n / scale
+            return f"{value:.1f}{unit}" if value < 10 and unit != "K" else f"{value:.0f}{unit}"
+    raise AssertionError("unreachable")
+
+
+def rate(per_second: float | None) -> str:
+    """
+    >>> rate(None), rate(0), rate(0.25), rate(12.345), rate(1500)
+    ('-', '0/s', '0.25/s', '12.3/s', '1,500/s')
+    """
+    if per_second is None:
+        return "-"
+    if per_second == 0:
+        return "0/s"
+    if per_second < 1:
+        return f"{per_second:.2f}/s"
+    if per_second < 100:
+        return f"{per_second:.1f}/s"
+    return f"{per_second:,.0f}/s"
+
+
+def short_error(error: str | None, width: int) -> str:
+    """The first line of an error, cut to `width` characters.
+
+    >>> short_error("Timeout: SMTP server did not answer\\nTraceback ...", 20)
+    'Timeout: SMTP serve…'
+    >>> short_error(None, 10)
+    ''
+    """
+    if not error:
+        return ""
+    line = error.strip().splitlines()[0] if error.strip() else ""
+    return line if len(line) <= width else line[:max(0, width - 1)] + "…"
+
+
+def id_list(ids: Sequence[int], width: int) -> str:
+    """
+    >>> id_list([1, 2, 3], 20), id_list(list(range(100, 120)), 17)
+    ('1, 2, 3', '100, 101, 102 +17')
+    """
+    shown: list[str] = []
+    for i, job_id in enumerate(ids):
+        rest = len(ids) - i - 1
+        candidate = ", ".join([*shown, str(job_id)])
+        if len(candidate) + (len(f" +{rest}") if rest else 0) > width and shown:
+            return ", ".join(shown) + f" +{len(ids) - len(shown)}"
+        shown.append(str(job_id))
+    return ", ".join(shown)
+
+
+def matches(text: str | None, *names: str | None) -> bool:
+    """Whether a filter (a part of a kind or queue name, any case) matches any of `names`.
+
+    >>> matches(None, "email"), matches("MAIL", "email"), matches("sms", "email", "default")
+    (True, True, False)
+    """
+    if not text:
+        return True
+    needle = text.lower()
+    return any(name is not None and needle in name.lower() for name in names)
+
+
+def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
+    """The (kind, column) cells of the counts table that differ from the previous refresh.
+
+    >>> from datetime import timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> a = Figures(t, kinds=(KindRow("email", ready=2, done=5),))
+    >>> b = Figures(t, kinds=(KindRow("email", ready=1, done=6), KindRow("sms", ready=1)))
+    >>> sorted(changed(a, b))
+    [('email', 'done'), ('email', 'ready'), ('sms', 'ready'), ('total', 'done')]
+    >>> changed(None, b)
+    set()
+    """
+    if previous is None:
+        return set()
+    before = {k.kind: k for k in (*previous.kinds, previous.total)}
+    cells = set()
+    for row in (*current.kinds, current.total):
+        old = before.get(row.kind, KindRow(row.kind))
+        cells.update((row.kind, name) for name in COUNT_COLUMNS if getattr(row, name) != getattr(old, name))
+    return cells

@@ -1,0 +1,335 @@
+"""The panels of `jobsup top`: each turns Figures into rows of text and nothing more.
+
+Row keys carry what an action needs (a job id, a kind, a group), so the app can act on the selected row
+without reading cells back. Cells are rich Text, never markup: a job's error text is shown as written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import tzinfo
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.coordinate import Coordinate
+from textual.widgets import DataTable, Label, Sparkline, Static
+
+from . import figures as fig
+from .figures import Figures, Scope
+
+TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind is named so
+
+
+@dataclass(frozen=True)
+class View:
+    """What, besides the figures, decides how they look."""
+
+    match: str | None = None
+    warn_age: float = 60.0
+    stale_after: float = fig.STALE_AFTER
+    changed: frozenset[tuple[str, str]] = frozenset()
+    accent: str = "bold"  # rich styles taken from the Textual theme
+    warning: str = "bold"
+    error: str = "bold reverse"
+    success: str = ""
+    tz: tzinfo | None = None
+
+
+def selected_key(table: DataTable) -> str | None:
+    if not table.row_count or not table.is_valid_row_index(table.cursor_row):
+        return None
+    return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
+
+
+def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
+    """Show `rows` (key, cells), keeping the selected row selected and the scroll where it was."""
+    keys = [key for key, _ in rows]
+    if keys == [row.key.value for row in table.ordered_rows]:
+        columns = [column.key for column in table.ordered_columns]
+        for key, cells in rows:
+            for column, cell in zip(columns, cells):
+                table.update_cell(key, column, cell, update_width=True)
+        return
+    selected, index, scroll = selected_key(table), table.cursor_row, table.scroll_y
+    table.clear()
+    for key, cells in rows:
+        table.add_row(*cells, key=key)
+    if rows:
+        table.move_cursor(row=keys.index(selected) if selected in keys else min(index, len(rows) - 1),
+                          scroll=False)
+        table.scroll_y = scroll
+
+
+def last_column_width(panel_width: int, columns: Sequence[Sequence[str]], floor: int = 16) -> int:
+    """Room left for a table's last column, given the texts of the other columns (with their headers).
+
+    Each column takes its widest text plus a cell padding of 2, the last one its padding too; the
+    panel's border and a possible scrollbar take 4.
+
+    >>> last_column_width(80, [["id", "12345"], ["kind", "email"]])
+    60
+    """
+    used = sum(max(map(len, column)) + 2 for column in columns) + 2 + 4
+    return max(floor, panel_width - used)
+
+
+def pack(items: Sequence[Text], width: int, gap: int = 2) -> Text:
+    """Items on lines of at most `width` cells, breaking only between items, never inside one.
+
+    >>> print(pack([Text("ready 3"), Text("dead 12"), Text("oldest ready 1m02s")], 20).plain)
+    ready 3  dead 12
+    oldest ready 1m02s
+    """
+    out = Text()
+    used = 0
+    for item in items:
+        if used and used + gap + item.cell_len > width:
+            out.append("\n")
+            used = 0
+        elif used:
+            out.append(" " * gap)
+            used += gap
+        out.append_text(item)
+        used += item.cell_len
+    return out
+
+
+def right(value: str, style: str = "") -> Text:
+    return Text(value, style=style, justify="right")
+
+
+def left(value: str, style: str = "") -> Text:
+    return Text(value, style=style)
+
+
+class Panel(Vertical):
+    """A bordered box with a title; the app finds its table to act on the selection."""
+
+    TITLE = ""
+
+    def on_mount(self) -> None:
+        self.border_title = self.TITLE
+
+    def show(self, figures: Figures, view: View) -> None:
+        raise NotImplementedError
+
+
+class Table(DataTable):
+    """A DataTable that selects whole rows and keeps its place across refreshes."""
+
+    def __init__(self, columns: Sequence[tuple[str, str, bool]], **kwargs) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
+        self._columns = columns
+
+    def on_mount(self) -> None:
+        for key, label, is_number in self._columns:
+            self.add_column(Text(label, justify="right") if is_number else label, key=key)
+
+
+# --- counts by kind ------------------------------------------------------------------------------
+
+
+class KindsPanel(Panel):
+    TITLE = "jobs by kind"
+
+    def compose(self) -> ComposeResult:
+        yield Table([("kind", "kind", False), *((name, name if name != "scheduled" else "sched", True)
+                                                for name in fig.COUNT_COLUMNS)], id="kinds")
+
+    def show(self, figures: Figures, view: View) -> None:
+        rows = []
+        kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
+        for k in kinds:
+            rows.append((k.kind, self._cells(k, view)))
+        total = fig.KindRow("total", **{n: sum(getattr(k, n) for k in kinds) for n in fig.COUNT_COLUMNS})
+        rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
+        fill(self.query_one(Table), rows)
+
+    @staticmethod
+    def _cells(k: fig.KindRow, view: View, bold: bool = False) -> list[Text]:
+        cells = [left(k.kind, "bold" if bold else "")]
+        for name in fig.COUNT_COLUMNS:
+            style = view.accent if (k.kind, name) in view.changed else ("bold" if bold else "")
+            if name == "dead" and k.dead and not style:
+                style = view.error.replace("reverse", "").strip() or "bold"
+            cells.append(right(fig.count(getattr(k, name)), style))
+        return cells
+
+    def scope(self) -> Scope:
+        key = selected_key(self.query_one(Table))
+        return Scope() if key in (None, TOTAL_KEY) else Scope(kind=key)
+
+
+# --- queues: backlog and the age of the oldest ready job ----------------------------------------
+
+
+class QueuesPanel(Panel):
+    TITLE = "queues"
+
+    def compose(self) -> ComposeResult:
+        yield Table([("queue", "queue", False), ("ready", "ready", True), ("scheduled", "sched", True),
+                     ("running", "running", True), ("oldest", "oldest ready", True)], id="queues")
+
+    def show(self, figures: Figures, view: View) -> None:
+        rows = []
+        for q in figures.queues:
+            if not fig.matches(view.match, q.queue, *q.kinds):
+                continue
+            late = q.oldest is not None and q.oldest > view.warn_age
+            rows.append((q.queue, [left(q.queue), right(fig.count(q.ready)), right(fig.count(q.scheduled)),
+                                   right(fig.count(q.running)),
+                                   right(fig.age(q.oldest), view.warning if late else "")]))
+        fill(self.query_one(Table), rows)
+
+
+# --- throughput ----------------------------------------------------------------------------------
+
+
+class ThroughputPanel(Panel):
+    TITLE = "throughput"
+
+    def compose(self) -> ComposeResult:
+        for name in ("done", "failed"):
+            with Horizontal(classes="spark-row"):
+                yield Label(name, id=f"{name}-rate", classes="spark-label")
+                yield Sparkline([], id=f"{name}-spark")
+
+    def show_rates(self, throughput: fig.Throughput) -> None:
+        for name in ("done", "failed"):
+            rates = throughput.rates(name)
+            label = Text.assemble((f"{name:<6}", "bold"), right(f"{fig.rate(rates[-1] if rates else None):>9}"))
+            self.query_one(f"#{name}-rate", Label).update(label)
+            # One value would fill the whole box (the sparkline scales to it); fewer than two draw a baseline.
+            self.query_one(f"#{name}-spark", Sparkline).data = rates if len(rates) > 1 else []
+
+    def show(self, figures: Figures, view: View) -> None:
+        pass  # rates need the history the app keeps: show_rates
+
+
+# --- dead jobs, one by one and grouped ----------------------------------------------------------
+
+
+class DeadPanel(Panel):
+    TITLE = "dead jobs, newest first"
+
+    def compose(self) -> ComposeResult:
+        yield Table([("id", "id", True), ("kind", "kind", False), ("attempts", "att", True),
+                     ("died", "died", True), ("error", "last error", False)], id="dead")
+
+    def show(self, figures: Figures, view: View) -> None:
+        self.border_subtitle = f"{len(figures.dead_jobs)} of {fig.count(figures.total.dead)}" \
+            if figures.dead_jobs else ""
+        cells = [[str(j.id), j.kind, f"{j.attempts}/{j.max_attempts}",
+                  fig.age(fig.since(j.done_at, figures.now)) + " ago" if j.done_at else "-"]
+                 for j in figures.dead_jobs]
+        width = last_column_width(self.size.width, list(zip(["id", "kind", "att", "died"], *cells)))
+        fill(self.query_one(Table), [
+            (str(j.id), [right(c[0]), left(c[1]), right(c[2]), right(c[3]),
+                         left(fig.short_error(j.last_error, width))])
+            for j, c in zip(figures.dead_jobs, cells)])
+
+
+class GroupsPanel(Panel):
+    TITLE = "dead jobs by kind and error"
+
+    def compose(self) -> ComposeResult:
+        yield Table([("count", "count", True), ("kind", "kind", False), ("last", "latest", True),
+                     ("error", "last error", False)], id="groups")
+
+    def show(self, figures: Figures, view: View) -> None:
+        latest = [fig.age(fig.since(g.last_at, figures.now)) + " ago" if g.last_at else "-"
+                  for g in figures.dead_groups]
+        width = last_column_width(self.size.width, [["count", *(fig.count(g.count) for g in figures.dead_groups)],
+                                                    ["kind", *(g.kind for g in figures.dead_groups)],
+                                                    ["latest", *latest]])
+        # A group's key is its kind and error, so the selection follows the group as counts change.
+        fill(self.query_one(Table), [
+            (group_key(g), [right(fig.count(g.count), "bold"), left(g.kind), right(when),
+                            left(fig.short_error(g.error, width) or "(no error)")])
+            for g, when in zip(figures.dead_groups, latest)])
+
+
+def group_key(group: fig.DeadGroup) -> str:
+    return f"{group.kind}\x00{'' if group.error is None else '=' + group.error}"
+
+
+def group_scope(key: str) -> Scope:
+    kind, _, error = key.partition("\x00")
+    return Scope(kind=kind, error=error[1:] if error else None, by_error=True)
+
+
+# --- supervisors and their workers ---------------------------------------------------------------
+
+
+class WorkersPanel(Panel):
+    TITLE = "supervisors and workers"
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="supervisors")
+        yield Table([("sup", "sup", False), ("pid", "pid", True), ("state", "state", False),
+                     ("job", "job", True), ("kind", "kind", False), ("for", "for", True), ("rss", "rss", True),
+                     ("cpu", "cpu%", True), ("done", "done", True), ("restarts", "rst", True),
+                     ("exit", "last exit", False)], id="workers")
+
+    def show(self, figures: Figures, view: View) -> None:
+        lines = []
+        rows = []
+        for sup in figures.supervisors:
+            stale = sup.stale(view.stale_after)
+            mark = Text("✖ STALE " if stale else "● ", style=view.error if stale else view.success)
+            lines.append(Text.assemble(
+                mark, (f"{sup.host}:{sup.pid}", "bold"),
+                f"  up {fig.age(fig.since(sup.started_at, figures.now))}  queues {','.join(sup.queues)}"
+                f"  {sup.procs} procs  {fig.count(sup.jobs_done)} done",
+                (f"  {sup.state}", view.warning) if sup.state != "running" else "",
+                (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim")))
+            tag = f"{sup.pid}"
+            for w in sup.workers:
+                busy_for = fig.since(w.job_started_at, figures.now) if w.state == "busy" else None
+                cells = [left(tag, "dim" if stale else ""), right(str(w.pid)),
+                         left(w.state, view.accent if w.state == "busy" else ("dim" if w.state == "idle" else "")),
+                         right(str(w.job_id) if w.job_id is not None else "-"), left(w.kind or "-"),
+                         right(fig.age(busy_for)), right(fig.size(w.rss)),
+                         right("-" if w.cpu is None else f"{w.cpu:.0f}"), right(fig.count(w.jobs_done)),
+                         right(str(w.restarts), view.warning if w.restarts else ""),
+                         left(fig.short_error(w.last_exit, 40) or "-")]
+                key = f"{sup.id}\x00{w.pid}" + (f"\x00{w.job_id}" if w.job_id is not None else "")
+                rows.append((key, cells))
+        if not lines:
+            lines.append(Text("no supervisor is running: jobsup start --app module:app", style="dim"))
+        self.query_one("#supervisors", Static).update(Text("\n").join(lines))
+        fill(self.query_one(Table), rows)
+
+
+def worker_job(key: str | None) -> int | None:
+    parts = (key or "").split("\x00")
+    return int(parts[2]) if len(parts) == 3 else None
+
+
+# --- reaper activity ------------------------------------------------------------------------------
+
+
+class ReaperPanel(Panel):
+    TITLE = "reaper: jobs returned from expired leases"
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="spark-row"):
+            yield Label("", id="reaped-label", classes="spark-label")
+            yield Sparkline([], id="reaped-spark")
+        yield Table([("at", "when", True), ("by", "by", False), ("count", "jobs", True),
+                     ("dead", "dead", True), ("from", "from", False), ("ids", "ids", False)], id="reaper")
+
+    def show(self, figures: Figures, view: View) -> None:
+        series = figures.reaped_per_minute
+        self.query_one("#reaped-label", Label).update(Text.assemble(
+            ("rescued", "bold"), f" {sum(series):>5,}/{len(series)}m"))
+        self.query_one("#reaped-spark", Sparkline).data = [float(n) for n in series] if len(series) > 1 else []
+        cells = [[fig.age(fig.since(p.at, figures.now)) + " ago", p.supervisor or "-", fig.count(p.count),
+                  fig.count(p.dead), ", ".join(p.sources) or "-"] for p in figures.reaper_passes]
+        width = last_column_width(self.size.width, list(zip(["when", "by", "jobs", "dead", "from"], *cells)), 8)
+        fill(self.query_one(Table), [
+            (str(p.id), [right(c[0]), left(c[1]), right(c[2]), right(c[3], view.error if p.dead else ""),
+                         left(c[4]), left(fig.id_list(p.job_ids, width))])
+            for p, c in zip(figures.reaper_passes, cells)])

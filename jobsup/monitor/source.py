@@ -1,0 +1,188 @@
+"""The console's data source: figures from PostgreSQL over one async connection, and its two writes.
+
+No textual here: the screen asks `Source` for `Figures` and shows them. A refresh reads everything in one
+read-only repeatable-read transaction sent as a pipeline, so its figures agree with each other and cost
+one round trip. Losing the connection is not an error of the console: the next call reconnects, with a
+backoff, and until then raises DatabaseUnavailable for the screen to show.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from .. import dsn as dsns
+from ..errors import DatabaseUnavailable, JobsupError
+from ..queue import arequeue_dead
+from ..sql import STATEMENTS as SQL
+from . import figures as fig
+
+# The console's connections are named so an operator (or a test) can find them in pg_stat_activity.
+APPLICATION_NAME = "jobsup top"
+# A refresh that takes longer than this is abandoned; the console shows the last figures meanwhile.
+STATEMENT_TIMEOUT_MS = 5000
+CONNECT_TIMEOUT = 5  # seconds
+# Reconnection waits 0.5 s after the first failure, doubling up to this.
+MAX_BACKOFF = 5.0
+DEAD_LIMIT = 50  # rows of the dead-jobs table
+GROUP_LIMIT = 50  # rows of the dead-groups table
+PASS_LIMIT = 20  # reaper passes listed
+
+
+class ReadOnly(JobsupError):
+    """The console was started with --read-only."""
+
+
+def backoff(failures: int) -> float:
+    """Seconds to wait before the next connection attempt after `failures` failed ones.
+
+    >>> [backoff(n) for n in range(6)]
+    [0.0, 0.5, 1.0, 2.0, 4.0, 5.0]
+    """
+    return 0.0 if failures <= 0 else min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1))
+
+
+def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, Any]]]:
+    # In the order figures.build takes them; each reads a partial index of live or dead jobs, the small
+    # per-kind totals, the supervisors' rows or the events index, never the finished jobs.
+    return [
+        ("console_clock", {}),
+        ("live_counts", {}),
+        ("kind_totals", {}),
+        ("oldest_ready", {}),
+        ("console_dead_jobs", {"match": match, "limit": DEAD_LIMIT}),
+        ("console_dead_groups", {"match": match, "limit": GROUP_LIMIT}),
+        ("supervisors", {}),
+        ("console_reaper_passes", {"limit": PASS_LIMIT}),
+        ("console_reaped_per_minute", {"minutes": minutes}),
+    ]
+
+
+class Source:
+    """Figures of one database for `jobsup top`."""
+
+    def __init__(self, dsn: str, *, read_only: bool = False, minutes: int = fig.REAPER_MINUTES) -> None:
+        dsns.check(dsn)
+        self.dsn = dsn
+        self.read_only = read_only
+        self.minutes = minutes
+        self._conn: psycopg.AsyncConnection | None = None
+        self._failures = 0
+        self._next_attempt = 0.0  # time.monotonic() before which no reconnection is tried
+        self._last_error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The database, as the header shows it: never its password."""
+        return dsns.redact(self.dsn)
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None and not self._conn.closed
+
+    async def _connection(self) -> psycopg.AsyncConnection:
+        if self.connected:
+            assert self._conn is not None
+            return self._conn
+        if time.monotonic() < self._next_attempt and self._last_error:
+            raise DatabaseUnavailable(self._last_error)
+        options = f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"
+        if self.read_only:
+            # Belt and braces: even a bug in the console cannot write through this connection.
+            options += " -c default_transaction_read_only=on"
+        try:
+            self._conn = await psycopg.AsyncConnection.connect(
+                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
+                application_name=APPLICATION_NAME, options=options)
+        except psycopg.OperationalError as exc:
+            self._failed(dsns.describe_connect_error(self.dsn, exc))
+        self._failures = 0
+        self._last_error = None
+        return self._conn
+
+    def _failed(self, message: str) -> None:
+        self._failures += 1
+        self._next_attempt = time.monotonic() + backoff(self._failures)
+        self._last_error = message
+        raise DatabaseUnavailable(message)
+
+    async def _lost(self, exc: psycopg.Error) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                await conn.close()
+            except psycopg.Error:
+                pass
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        self._failed(f"lost the connection to {self.label}: {dsns.redact(first)}")
+
+    async def _run(self, work):  # -> whatever work returns
+        conn = await self._connection()
+        try:
+            return await work(conn)
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            if conn.closed or conn.broken:
+                await self._lost(exc)
+            raise DatabaseUnavailable(f"{self.label}: {exc}") from None
+        except psycopg.Error as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise JobsupError(f"database error: {dsns.redact(first)}") from None
+
+    async def refresh(self, match: str | None = None) -> fig.Figures:
+        """Every figure of the screen; `match` narrows the dead jobs and groups to a kind or queue."""
+        statements = _statements(match or None, self.minutes)
+
+        async def work(conn: psycopg.AsyncConnection) -> fig.Figures:
+            cursors = []
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+                for name, params in statements:
+                    cur = conn.cursor(row_factory=dict_row)
+                    await cur.execute(SQL[name], params)
+                    cursors.append(cur)
+            results = [await cur.fetchall() for cur in cursors]
+            (clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute = results
+            return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
+                             dead_groups=dead_groups, supervisors=supervisors, passes=passes,
+                             per_minute=per_minute, minutes=self.minutes, match=match or None)
+
+        return await self._run(work)
+
+    async def dead_ids(self, scope: fig.Scope) -> list[int]:
+        """The ids of the dead jobs in `scope` now: what a confirmed bulk requeue will take."""
+        async def work(conn: psycopg.AsyncConnection) -> list[int]:
+            cur = await conn.execute(SQL["console_dead_ids"], {
+                "kind": scope.kind, "error": scope.error, "by_error": scope.by_error})
+            return [row[0] for row in await cur.fetchall()]
+
+        return await self._run(work)
+
+    async def requeue(self, ids: Sequence[int], kind: str | None = None) -> list[int]:
+        """Requeue these dead jobs (those still dead, and of `kind` if given); the ids requeued."""
+        if self.read_only:
+            raise ReadOnly("read-only console: requeueing is turned off (started with --read-only)")
+        if not ids:
+            return []
+
+        async def work(conn: psycopg.AsyncConnection) -> list[int]:
+            return await arequeue_dead(conn, ids=list(ids), kind=kind)
+
+        return await self._run(work)
+
+    async def job(self, job_id: int) -> dict[str, Any] | None:
+        """Every column of one job, for the job screen."""
+        async def work(conn: psycopg.AsyncConnection) -> dict[str, Any] | None:
+            async with conn.cursor(row_factory=dict_row) as cur:
+                await cur.execute(SQL["job"], {"id": job_id})
+                return await cur.fetchone()
+
+        return await self._run(work)
+
+    async def close(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None and not conn.closed:
+            await conn.close()

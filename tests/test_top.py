@@ -1,0 +1,447 @@
+"""`jobsup top` driven by Textual's Pilot against a real PostgreSQL.
+
+A running supervisor is faked by writing its heartbeat row (and a reaper's event) directly; jobs are
+made with the queue functions, so every figure on screen can be checked against the database. The
+snapshot test uses a stand-in source with fixed figures and a fixed clock, so its picture is stable.
+
+The app runs in this test's event loop, so waiting uses `until` below, which polls with the Pilot (a
+blocking wait would freeze the app it waits for); like tests/helpers.wait_for it fails at a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import os
+from collections.abc import Callable, Coroutine
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import conninfo
+from rich.console import Console
+from textual.pilot import Pilot
+from textual.widgets import DataTable
+
+from jobsup import queue
+from jobsup.monitor import figures as fig
+from jobsup.monitor.app import TopApp
+from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
+from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
+
+from .helpers import jobsup
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+UPDATE_SNAPSHOTS = os.environ.get("JOBSUP_UPDATE_SNAPSHOTS") == "1"
+
+
+def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
+    asyncio.run(scenario())
+
+
+async def until(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0,
+                message: str = "condition") -> Any:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {value!r})")
+        await pilot.pause(0.02)
+
+
+async def screen_text(pilot: Pilot) -> str:
+    """The whole screen as plain text, once laid out: what `tmux capture-pane -p` would show."""
+    await pilot.pause()
+    app = pilot.app
+    width, height = app.size
+    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
+                      legacy_windows=False, safe_box=False)
+    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
+    return console.export_text()
+
+
+def rows(app: TopApp, table_id: str) -> dict[str, list[str]]:
+    table = app.query_one(f"#{table_id}", DataTable)
+    return {row.key.value: [str(cell) for cell in table.get_row(row.key)] for row in table.ordered_rows}
+
+
+def select(app: TopApp, table_id: str, key: str) -> DataTable:
+    table = app.query_one(f"#{table_id}", DataTable)
+    table.focus()
+    table.move_cursor(row=table.get_row_index(key))
+    return table
+
+
+def make_dead(conn: psycopg.Connection, kind: str, n: int, error: str, queue_name: str = "default") -> list[int]:
+    ids = [queue.enqueue(conn, kind, {"n": i}, queue=queue_name, max_attempts=1) for i in range(n)]
+    jobs = queue.claim(conn, [queue_name], n, "sup-test", 30)
+    assert sorted(j.id for j in jobs) == sorted(ids)
+    queue.fail(conn, [queue.Failure(j.id, j.attempts, error, f"Traceback (most recent call last):\n  {error}")
+                      for j in jobs], "sup-test")
+    return ids
+
+
+def status(conn: psycopg.Connection, job_id: int) -> str:
+    return conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()[0]
+
+
+def fake_supervisor(conn: psycopg.Connection, sup_id: str, pid: int, workers: list[dict[str, Any]],
+                    heartbeat_ago: float = 0.0) -> None:
+    conn.execute(
+        "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, started_at, heartbeat_at, "
+        "workers, jobs_done) VALUES (%s, 'box', %s, '0.1.0', '{default}', %s, now() - interval '90 s', "
+        "now() - make_interval(secs => %s), %s, 42)",
+        (sup_id, pid, len(workers), heartbeat_ago, json.dumps(workers)))
+
+
+def app_for(dsn: str, **kwargs: Any) -> TopApp:
+    read_only = kwargs.pop("read_only", False)
+    return TopApp(Source(dsn, read_only=read_only), refresh=kwargs.pop("refresh", 0.2), read_only=read_only,
+                  tz=timezone.utc, **kwargs)
+
+
+# --- figures, live ---------------------------------------------------------------------------------
+
+
+def test_figures_match_the_database(conn, dsn):
+    for i in range(3):
+        queue.enqueue(conn, "email", {"i": i})
+    queue.enqueue(conn, "sms", {}, queue="texts", delay=3600)
+    running = [queue.enqueue(conn, "report", {}, queue="reports") for _ in range(2)]
+    queue.claim(conn, ["reports"], 2, "sup-a", 30)
+    done = queue.enqueue(conn, "sms", {}, queue="texts")
+    [job] = queue.claim(conn, ["texts"], 1, "sup-a", 30)
+    assert job.id == done
+    queue.complete(conn, [(done, 1)], "sup-a")
+    dead = make_dead(conn, "email", 2, "SMTP timeout", queue_name="mail")
+    fake_supervisor(conn, "sup-a", 4242, [
+        {"pid": 501, "state": "busy", "job_id": running[0], "kind": "report",
+         "job_started_at": datetime.now(timezone.utc).isoformat(), "rss": 50 << 20, "cpu": 12.0,
+         "jobs_done": 9, "restarts": 1, "last_exit": "killed by SIGKILL"},
+        {"pid": 502, "state": "idle", "rss": 40 << 20, "cpu": 0.0, "jobs_done": 8, "restarts": 0}])
+    fake_supervisor(conn, "sup-gone", 999, [{"pid": 7, "state": "idle"}], heartbeat_ago=60)
+    conn.execute("INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail) VALUES "
+                 "('reaped', 'sup-a', 2, '{11,12}', '{\"from\": [\"sup-gone\"], \"dead\": 1}')")
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            counts = {r[0]: r[1] for r in conn.execute(
+                "SELECT status || CASE WHEN status = 'queued' AND run_at > now() THEN '+' ELSE '' END, "
+                "count(*) FROM jobsup.jobs GROUP BY 1")}
+            total = app.figures.total
+            assert (total.ready, total.scheduled, total.running, total.done, total.dead) == (
+                counts["queued"], counts["queued+"], counts["running"], counts["done"], counts["dead"])
+            assert total.failed == 2
+            kinds = rows(app, "kinds")
+            assert kinds["email"] == ["email", "3", "0", "0", "0", "2", "2"]
+            assert kinds["report"] == ["report", "0", "0", "2", "0", "0", "0"]
+            assert kinds["sms"] == ["sms", "0", "1", "0", "1", "0", "0"]
+            assert kinds[next(k for k in kinds if k.startswith("\x00"))][1:] == ["3", "1", "2", "1", "2", "2"]
+            assert set(rows(app, "queues")) == {"default", "reports", "texts"}  # queues of live jobs
+            assert set(rows(app, "dead")) == {str(i) for i in dead}
+            assert [[g[0], g[1], g[3]] for g in rows(app, "groups").values()] == [["2", "email", "SMTP timeout"]]
+            workers = rows(app, "workers")
+            busy = next(w for w in workers.values() if w[1] == "501")
+            assert busy[2:5] == ["busy", str(running[0]), "report"] and busy[6] == "50M"
+            assert next(iter(rows(app, "reaper").values()))[2:5] == ["2", "1", "sup-gone"]
+            text = await screen_text(pilot)
+            assert "ready 3  scheduled 1  running 2  dead 2" in text
+            assert "supervisors 1 (+1 stale)" in text and "workers 1/2 busy" in text
+            assert "✖ STALE box:999" in text and "● box:4242" in text
+
+            # A job enqueued now shows up on a later refresh, and its cell stands out as changed.
+            queue.enqueue(conn, "email", {})
+            await until(pilot, lambda: rows(app, "kinds")["email"][1] == "4", message="the new job")
+            assert ("email", "ready") in fig.changed(app.previous, app.figures)
+
+    run(scenario)
+
+
+# --- requeue ---------------------------------------------------------------------------------------
+
+
+def test_dead_job_shows_and_r_requeues_it(conn, dsn):
+    [job_id] = make_dead(conn, "email", 1, "SMTP timeout")
+    [other] = make_dead(conn, "sms", 1, "no route")
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: str(job_id) in rows(app, "dead"), message="the dead job")
+            assert rows(app, "dead")[str(job_id)][1:3] == ["email", "1/1"]
+
+            # Enter opens it: its error history with the traceback.
+            select(app, "dead", str(job_id))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), message="the job screen")
+            assert "Traceback (most recent call last):" in await screen_text(pilot)
+            await pilot.press("escape")
+            await until(pilot, lambda: not isinstance(app.screen, JobScreen), message="the job screen to close")
+
+            select(app, "dead", str(job_id))
+            await pilot.press("r")
+            await until(pilot, lambda: status(conn, job_id) == "queued", message="the requeue")
+            await until(pilot, lambda: str(job_id) not in rows(app, "dead"), message="the table to update")
+            assert status(conn, other) == "dead"
+            assert app.figures.total.dead == 1
+
+    run(scenario)
+
+
+def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
+    smtp = make_dead(conn, "email", 3, "SMTP timeout")
+    bounce = make_dead(conn, "email", 2, "mailbox full")
+    sms = make_dead(conn, "sms", 2, "no route")
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: len(rows(app, "groups")) == 3, message="three groups")
+            group = next(k for k, v in rows(app, "groups").items() if v[3] == "SMTP timeout")
+
+            # No is the default: Enter right away changes nothing.
+            select(app, "groups", group)
+            await pilot.press("R")
+            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
+                                  message="the confirmation")
+            assert confirm.question == "Requeue 3 dead email jobs whose last error is 'SMTP timeout'?"
+            assert "Requeue 3 dead email jobs" in await screen_text(pilot)
+            await pilot.press("enter")
+            await until(pilot, lambda: not isinstance(app.screen, Confirm), message="the dialog to close")
+            assert all(status(conn, i) == "dead" for i in smtp + bounce + sms)
+
+            # Asked again; a job that dies in the same group meanwhile is not part of what was stated.
+            select(app, "groups", group)
+            await pilot.press("R")
+            await until(pilot, lambda: isinstance(app.screen, Confirm), message="the confirmation")
+            [late] = make_dead(conn, "email", 1, "SMTP timeout")
+            await pilot.press("y")
+            await until(pilot, lambda: all(status(conn, i) == "queued" for i in smtp), message="the requeue")
+            assert status(conn, late) == "dead"
+            assert all(status(conn, i) == "dead" for i in bounce + sms)
+
+            # R on the kinds table's total row states every dead job; n declines.
+            await until(pilot, lambda: app.figures.total.dead == 5, message="the new totals")
+            kinds = rows(app, "kinds")
+            select(app, "kinds", next(k for k in kinds if k.startswith("\x00")))
+            await pilot.press("R")
+            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
+                                  message="the confirmation")
+            assert confirm.question == "Requeue 5 dead jobs (all of them, every kind)?"
+            await pilot.press("n")
+            await until(pilot, lambda: not isinstance(app.screen, Confirm), message="the dialog to close")
+
+            # R on the sms row of the kinds table: that kind only.
+            select(app, "kinds", "sms")
+            await pilot.press("R")
+            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
+                                  message="the confirmation")
+            assert confirm.question == "Requeue 2 dead sms jobs?"
+            await pilot.press("tab", "enter")  # to Yes, and press it
+            await until(pilot, lambda: all(status(conn, i) == "queued" for i in sms), message="the requeue")
+            assert status(conn, late) == "dead" and all(status(conn, i) == "dead" for i in bounce)
+
+    run(scenario)
+
+
+def test_read_only_refuses_to_requeue(conn, dsn):
+    [job_id] = make_dead(conn, "email", 1, "SMTP timeout")
+
+    async def scenario() -> None:
+        app = app_for(dsn, read_only=True)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: str(job_id) in rows(app, "dead"), message="the dead job")
+            shown = {b.binding.action for b in app.screen.active_bindings.values() if b.binding.show}
+            assert "requeue" not in shown and "requeue_scope" not in shown
+            assert "Requeue" not in await screen_text(pilot)
+            select(app, "dead", str(job_id))
+            await pilot.press("r", "R")
+            await pilot.pause(0.1)
+            assert not isinstance(app.screen, Confirm)
+            assert any("read-only" in n.message for n in app._notifications)
+            with pytest.raises(ReadOnly):
+                await app.source.requeue([job_id])
+            # Even the connection itself cannot write.
+            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
+                await app.source._conn.execute("UPDATE jobsup.jobs SET status = 'queued'")
+            assert status(conn, job_id) == "dead"
+
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
+            assert "requeue" not in (await screen_text(pilot)).lower()
+
+    run(scenario)
+
+
+# --- filter ----------------------------------------------------------------------------------------
+
+
+def test_filter_narrows_the_tables(conn, dsn):
+    emails = make_dead(conn, "email", 2, "SMTP timeout")
+    texts = make_dead(conn, "sms", 1, "no route", queue_name="texts")
+    queue.enqueue(conn, "sms", {}, queue="texts")  # a kind matches by the queues of its live jobs
+    queue.enqueue(conn, "report", {})
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: len(rows(app, "dead")) == 3, message="all dead jobs")
+            await pilot.press("slash", *"TEXT")  # a part of the queue's name, any case
+            await until(pilot, lambda: set(rows(app, "dead")) == {str(i) for i in texts}, message="the filter")
+            assert [k for k in rows(app, "kinds") if not k.startswith("\x00")] == ["sms"]
+            assert list(rows(app, "queues")) == ["texts"]
+            assert [v[1] for v in rows(app, "groups").values()] == ["sms"]
+            assert "filter: TEXT" in await screen_text(pilot)
+
+            await pilot.press("escape")
+            await until(pilot, lambda: len(rows(app, "dead")) == 3, message="the filter to clear")
+            assert {k for k in rows(app, "kinds") if not k.startswith("\x00")} == {"email", "report", "sms"}
+
+            await pilot.press("slash", *"mail", "enter")
+            await until(pilot, lambda: set(rows(app, "dead")) == {str(i) for i in emails}, message="the filter")
+            assert app.focused is app.query_one("#dead", DataTable)  # Enter keeps the filter, back to the table
+
+    run(scenario)
+
+
+# --- losing the database ---------------------------------------------------------------------------
+
+
+def test_survives_the_database_going_away_and_coming_back(conn, dsn, server_dsn):
+    queue.enqueue(conn, "email", {})
+    name = conninfo.conninfo_to_dict(dsn)["dbname"]
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            with psycopg.connect(server_dsn, autocommit=True) as admin:
+                # New connections are refused and the console's own is cut: the database is gone for it.
+                admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+                try:
+                    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = %s AND application_name = %s", (name, APPLICATION_NAME))
+                    await until(pilot, lambda: app.down is not None, message="the console to notice")
+                    text = await screen_text(pilot)
+                    assert "database unavailable" in text and "stale" in text
+                    assert app.figures is not None and app.figures.total.ready == 1  # last figures kept
+                    refreshes = app.refreshes
+                    queue.enqueue(conn, "email", {})  # the test's own connection was left alone
+                    await pilot.pause(0.5)
+                    assert app.refreshes == refreshes and app.down is not None
+                finally:
+                    admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+            await until(pilot, lambda: app.down is None and app.figures.total.ready == 2,
+                        message="the console to reconnect")
+            assert "database unavailable" not in await screen_text(pilot)
+
+    run(scenario)
+
+
+# --- the command line ------------------------------------------------------------------------------
+
+
+def test_a_bad_dsn_is_one_clear_message(tmp_path, empty_dsn):
+    result = jobsup("top", "--dsn", f"postgresql://nobody:s3cret@/nodb?host={tmp_path}")
+    assert result.returncode == 1
+    assert result.stderr.startswith("jobsup: error: cannot connect to postgresql://nobody:***@")
+    assert "s3cret" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    result = jobsup("top", "--dsn", empty_dsn)
+    assert result.returncode == 1 and "run `jobsup migrate`" in result.stderr
+
+
+# --- the whole screen, fixed -------------------------------------------------------------------------
+
+
+NOW = datetime(2026, 3, 2, 9, 30, 0, tzinfo=timezone.utc)
+
+
+def fixed_figures(step: int) -> fig.Figures:
+    """The figures of a busy queue at NOW + step seconds, growing by a fixed pattern."""
+    now = NOW + timedelta(seconds=step)
+    grown = sum((0, 31, 55, 18, 42, 37, 26)[:step + 1])  # jobs done by then: a rate that varies
+    workers = tuple(fig.Worker(pid=3100 + i, state="busy" if i < 5 else "idle", job_id=9000 + i if i < 5 else None,
+                               kind=("email", "report", "email", "resize", "email")[i] if i < 5 else None,
+                               job_started_at=now - timedelta(seconds=2 + 7 * i) if i < 5 else None,
+                               rss=(60 + 3 * i) << 20, cpu=float(40 - 4 * i) if i < 5 else 0.0,
+                               jobs_done=900 + 37 * i, restarts=1 if i == 3 else 0,
+                               last_exit="exit code -9 (SIGKILL)" if i == 3 else None) for i in range(8))
+    return fig.Figures(
+        now=now,
+        kinds=(fig.KindRow("email", ready=120 - step, scheduled=14, running=3, done=48_210 + grown,
+                           failed=1_204 + step, dead=412, queues=("default",)),
+               fig.KindRow("report", ready=4, scheduled=0, running=1, done=2_113 + 2 * step, failed=17, dead=2,
+                           queues=("reports",)),
+               fig.KindRow("resize", ready=0, scheduled=2, running=1, done=15_002 + 5 * step, failed=230,
+                           dead=31, queues=("default",))),
+        queues=(fig.QueueRow("default", ready=120 - step, scheduled=16, running=4, oldest=4.2,
+                             kinds=("email", "resize")),
+                fig.QueueRow("reports", ready=4, running=1, oldest=95.0, kinds=("report",))),
+        dead_jobs=tuple(fig.DeadJob(8800 - i, ("email", "resize", "email")[i % 3], "default", 5, 5,
+                                    now - timedelta(seconds=30 * i + 5),
+                                    ("SMTPServerDisconnected: Connection unexpectedly closed",
+                                     "worker exited with code -9 (SIGKILL) while running the job",
+                                     "SMTPServerDisconnected: Connection unexpectedly closed")[i % 3])
+                        for i in range(12)),
+        dead_groups=(fig.DeadGroup("email", "SMTPServerDisconnected: Connection unexpectedly closed", 412,
+                                   now - timedelta(seconds=5)),
+                     fig.DeadGroup("resize", "worker exited with code -9 (SIGKILL) while running the job", 31,
+                                   now - timedelta(seconds=35)),
+                     fig.DeadGroup("report", "lease expired: sup-b stopped renewing it", 2,
+                                   now - timedelta(minutes=14))),
+        supervisors=(fig.Supervisor("web-1:3077:a1", "web-1", 3077, "0.1.0", ("default", "reports"), 8,
+                                    now - timedelta(minutes=42, seconds=7), 0.4, "running", 61_325, workers),
+                     fig.Supervisor("web-2:1200:b2", "web-2", 1200, "0.1.0", ("default",), 4,
+                                    now - timedelta(hours=3), 48.0, "running", 9_120, ())),
+        reaper_passes=(fig.ReaperPass(3, now - timedelta(minutes=1, seconds=12), "web-1:3077:a1", 4,
+                                      (8790, 8791, 8795, 8799), ("web-2:1200:b2",), 1),
+                       fig.ReaperPass(2, now - timedelta(minutes=14), "web-1:3077:a1", 2, (8601, 8602),
+                                      ("web-3:999:c3",), 0)),
+        reaped_per_minute=(0,) * 15 + (2,) + (0,) * 12 + (4, 0),
+    )
+
+
+class FixedSource:
+    """The console's data source reduced to a script of figures: the stand-in of the snapshot test."""
+
+    read_only = False
+    label = "postgresql://jobsup:***@db.example/jobsup"
+
+    def __init__(self) -> None:
+        self.step = 0
+
+    async def refresh(self, match: str | None = None) -> fig.Figures:
+        figures = fixed_figures(self.step)
+        self.step += 1
+        return figures
+
+    async def close(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
+def test_snapshot_of_the_whole_screen(size):
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]
+        async with app.run_test(size=size) as pilot:
+            for n in range(1, 7):  # six refreshes, a second apart by the fixed clock
+                await until(pilot, lambda: app.refreshes >= n, message=f"refresh {n}")
+                if n < 6:
+                    app.refresh_now()
+            await pilot.pause()
+            text = await screen_text(pilot)
+        path = SNAPSHOTS / f"top_{size[0]}x{size[1]}.txt"
+        if UPDATE_SNAPSHOTS or not path.exists():
+            path.parent.mkdir(exist_ok=True)
+            path.write_text(text)
+        assert text == path.read_text(), f"the screen differs from {path} (JOBSUP_UPDATE_SNAPSHOTS=1 rewrites it)"
+
+    run(scenario)
