@@ -26,12 +26,20 @@ ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', '
 RETURNING id, unique_key
 
 -- name: claim
+-- One ordered scan of the ready index per queue (`queue = ANY(...)` would read and sort every ready
+-- row), then the best `limit` of them. Rows locked here but not taken are free again at commit.
 WITH picked AS (
-    SELECT id FROM jobsup.jobs
-    WHERE status = 'queued' AND queue = ANY(%(queues)s::text[]) AND run_at <= now()
-    ORDER BY priority DESC, run_at, id
+    SELECT c.id
+    FROM unnest(%(queues)s::text[]) AS q(name)
+    CROSS JOIN LATERAL (
+        SELECT id, priority, run_at FROM jobsup.jobs
+        WHERE status = 'queued' AND queue = q.name AND run_at <= now()
+        ORDER BY priority DESC, run_at, id
+        LIMIT %(limit)s
+        FOR UPDATE SKIP LOCKED
+    ) c
+    ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
 )
 UPDATE jobsup.jobs j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
@@ -246,6 +254,11 @@ DELETE FROM jobsup.supervisors WHERE id = %(id)s
 -- Rows of supervisors that died without cleaning up, long after their heartbeat stopped.
 DELETE FROM jobsup.supervisors WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
 
+
+-- name: migration_isolation
+-- The first statement of a migration's transaction. Under REPEATABLE READ (some servers' default) the
+-- snapshot would be taken while waiting for the lock, and would miss the migrations applied meanwhile.
+SET TRANSACTION ISOLATION LEVEL READ COMMITTED
 
 -- name: migration_lock
 SELECT pg_advisory_xact_lock(%(key)s)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import itertools
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,11 +28,21 @@ def with_dbname(dsn: str, dbname: str) -> str:
 
 
 @pytest.fixture(scope="session")
-def pg_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """The embedded server's data directory, or None when the tests use JOBSUP_TEST_DSN."""
+def pg_data_dir() -> Iterator[Path | None]:
+    """The embedded server's data directory, or None when the tests use JOBSUP_TEST_DSN.
+
+    A directory of its own under /tmp rather than pytest's tmp_path: pytest prunes old session
+    directories when a new session starts, which would pull the data from under a running server, and
+    a short path keeps the server's Unix socket within its length limit.
+    """
     if os.environ.get("JOBSUP_TEST_DSN"):
-        return None
-    return tmp_path_factory.mktemp("pg") / "pgdata"
+        yield None
+        return
+    base = Path(tempfile.mkdtemp(prefix="jobsup-test-"))
+    try:
+        yield base / "pgdata"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,18 @@ from .keeper import Keeper, Worker
 from .link import LOST, Link
 from .log import EventLog
 
+# Besides --prefetch, claim what the workers are expected to start within this horizon at the rate
+# they have been finishing jobs: many short jobs are claimed in few statements (each one a commit the
+# server must flush), while slow jobs are claimed about one per idle worker.
+PREFETCH_HORIZON = 0.05
+# Weight of the newest sample in the smoothed finishing rate and job duration.
+RATE_SMOOTHING = 0.3
+# Jobs that take less than this on average go to a worker several at a time (at most HANDOUT_MAX), so
+# the supervisor writes one message per few jobs instead of one per job. A worker runs them in order
+# and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
+SHORT_JOB = 0.002
+HANDOUT_MAX = 8
+
 
 class Wakeup:
     """A flag the loop can wait on with a timeout, without a task per wait."""
@@ -73,18 +85,23 @@ class Dispatcher:
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
         self.jobs_failed = 0
-        # With jobs still prefetched, wait until a claim can fill at least this much of the pool.
-        self.claim_threshold = max(1, (config.procs + config.prefetch) // 2)
+        self.finished = 0  # outcomes heard from workers, for the finishing rate
+        self.rate = 0.0  # jobs finished per second, smoothed
+        self.duration = 1.0  # seconds a job takes in a worker, smoothed; assume slow until measured
+        self._rate_sample: tuple[float, int] | None = None
 
     # --- what the keeper tells us ------------------------------------------------------------
 
     def worker_ready(self, worker: Worker) -> None:
         if self.prefetched and not self.stopping:
-            self.keeper.assign(worker, self.prefetched.popleft())
+            self.keeper.assign(worker, self._handout(1))
         if self.more:
             self.claim_wakeup.set()
 
     def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None) -> None:
+        self.finished += 1
+        took = asyncio.get_running_loop().time() - worker.job_started
+        self.duration += RATE_SMOOTHING * (took - self.duration)
         if error is None:
             self.done_buffer.append(job)
         else:
@@ -94,12 +111,13 @@ class Dispatcher:
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
-    def lost(self, worker: Worker, job: Job, cause: str) -> None:
-        """The worker holding `job` died, or was stopped for a timeout or a shutdown."""
+    def lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
+        """The worker running `job` died, or was stopped for a timeout or a shutdown."""
         if cause.startswith("interrupted"):
             self.release_buffer.append((job, cause))  # a shutdown is not the job's fault
         else:
             self.fail_buffer.append(Failure(job.id, job.attempts, cause, None))
+        self.release_buffer.extend((j, None) for j in unstarted)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
@@ -130,15 +148,28 @@ class Dispatcher:
 
     # --- claiming ---------------------------------------------------------------------------
 
+    def prefetch(self) -> int:
+        return max(self.config.prefetch, min(self.config.batch, int(self.rate * PREFETCH_HORIZON)))
+
     def capacity(self) -> int:
-        return min(self.config.batch, len(self.keeper.idle()) + self.config.prefetch - len(self.prefetched))
+        return min(self.config.batch, len(self.keeper.idle()) + self.prefetch() - len(self.prefetched))
+
+    def sample_rate(self, now: float) -> None:
+        """Update the smoothed finishing rate; called every tick of the supervisor."""
+        if self._rate_sample is not None:
+            then, count = self._rate_sample
+            if now > then:
+                current = (self.finished - count) / (now - then)
+                self.rate += RATE_SMOOTHING * (current - self.rate)
+        self._rate_sample = (now, self.finished)
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.config.poll_interval
         while not self.stopping:
             want = self.capacity()
-            threshold = self.claim_threshold if self.prefetched else 1
+            # With jobs still prefetched, wait until a claim can take a good share of what is wanted.
+            threshold = max(1, (self.config.procs + self.prefetch()) // 2) if self.prefetched else 1
             if self.more and want >= threshold and self.keeper.ever_ready:
                 jobs = await self._claim(want)
                 next_poll = loop.time() + self.config.poll_interval
@@ -196,7 +227,14 @@ class Dispatcher:
             return
         idle = self.keeper.idle()
         while idle and self.prefetched:
-            self.keeper.assign(idle.pop(), self.prefetched.popleft())
+            self.keeper.assign(idle.pop(), self._handout(len(idle) + 1))
+
+    def _handout(self, idle: int) -> list[Job]:
+        """The next jobs for one of `idle` idle workers: one, or a few when jobs are short."""
+        count = 1
+        if self.duration < SHORT_JOB:
+            count = min(HANDOUT_MAX, -(-len(self.prefetched) // idle))
+        return [self.prefetched.popleft() for _ in range(min(count, len(self.prefetched)))]
 
     # --- writing outcomes -------------------------------------------------------------------
 
@@ -289,8 +327,9 @@ class Dispatcher:
             lost_ids = {j.id for j in lost}
             self.prefetched = deque(j for j in self.prefetched if j.id not in lost_ids)
             for job in lost:
-                if not any(w.job is job for w in self.keeper.all_processes()):
+                if not any(job in w.jobs for w in self.keeper.all_processes()):
                     self.held.pop(job.id, None)
 
     def running(self) -> list[Job]:
-        return [w.job for w in self.keeper.all_processes() if w.job is not None]
+        """Jobs handed to workers: running, or next in a worker's hand-out."""
+        return [job for w in self.keeper.all_processes() for job in w.jobs]

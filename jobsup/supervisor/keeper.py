@@ -10,6 +10,7 @@ import random
 import signal
 import time
 from collections.abc import Callable
+from collections import deque
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -19,6 +20,7 @@ import psutil
 from ..job import Job
 from .config import Config
 from .log import EventLog
+from .wire import Reader, send
 from .worker import worker_main
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
@@ -52,10 +54,13 @@ def exit_cause(exitcode: int | None) -> str:
 class Worker:
     slot: int
     process: Any  # multiprocessing process
-    conn: Connection
+    inbox: Connection  # to the worker; its fd is written through wire
+    outbox: Connection  # from the worker; its fd is read through wire
+    reader: Reader
     state: str = "starting"  # starting, idle, busy, stopping
-    job: Job | None = None
-    job_started: float = 0.0  # loop clock
+    # The jobs handed to it, in the order it runs them: the first is running, the rest have not started.
+    jobs: deque[Job] = field(default_factory=deque)
+    job_started: float = 0.0  # loop clock, when the first of `jobs` started
     job_started_wall: float = 0.0
     jobs_done: int = 0
     recycle_after: int | None = None
@@ -70,6 +75,11 @@ class Worker:
     def pid(self) -> int | None:
         return self.process.pid
 
+    @property
+    def job(self) -> Job | None:
+        """The job it is running."""
+        return self.jobs[0] if self.jobs else None
+
 
 @dataclass
 class Slot:
@@ -83,6 +93,7 @@ class Slot:
 
 
 Outcome = Callable[[Worker, Job, str | None, str | None], None]
+Lost = Callable[[Worker, Job, str, list[Job]], None]
 
 
 @dataclass
@@ -91,7 +102,7 @@ class Keeper:
     log: EventLog
     on_ready: Callable[[Worker], None]
     on_outcome: Outcome  # (worker, job, error or None, traceback)
-    on_lost: Callable[[Worker, Job, str], None]  # the worker died or was stopped holding job
+    on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
@@ -123,12 +134,16 @@ class Keeper:
             self._watch(worker)
 
     def _spawn(self, slot: Slot) -> Worker:
-        ours, theirs = self.ctx.Pipe(duplex=True)
+        # Two one-way pipes: a pipe costs less per message than the socket pair of a duplex Pipe.
+        their_inbox, inbox = self.ctx.Pipe(duplex=False)
+        outbox, their_outbox = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=worker_main, name=f"jobsup-worker-{slot.index}",
-                                   args=(theirs, self.config.app, os.getpid(), os.getcwd()), daemon=False)
+                                   args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd()),
+                                   daemon=False)
         process.start()
-        theirs.close()  # so the pipe reads EOF the moment the worker is gone
-        worker = Worker(slot.index, process, ours)
+        their_inbox.close()  # so our end reads EOF the moment the worker is gone
+        their_outbox.close()
+        worker = Worker(slot.index, process, inbox, outbox, Reader(outbox.fileno()))
         if self.config.max_jobs_per_proc:
             worker.recycle_after = int(self.config.max_jobs_per_proc * (1 + random.random() * RECYCLE_JITTER))
         try:
@@ -144,12 +159,12 @@ class Keeper:
 
     def _watch(self, worker: Worker) -> None:
         assert self.loop is not None
-        self.loop.add_reader(worker.conn.fileno(), self._readable, worker)
+        self.loop.add_reader(worker.outbox.fileno(), self._readable, worker)
         self.loop.add_reader(worker.process.sentinel, self._exited, worker)
 
     def _unwatch(self, worker: Worker) -> None:
         assert self.loop is not None
-        for fd in (worker.conn.fileno(), worker.process.sentinel):
+        for fd in (worker.outbox.fileno(), worker.process.sentinel):
             try:
                 self.loop.remove_reader(fd)
             except (ValueError, OSError):
@@ -159,14 +174,18 @@ class Keeper:
 
     def _readable(self, worker: Worker) -> None:
         try:
-            while worker.conn.poll():
-                self._message(worker, worker.conn.recv())
-        except (EOFError, OSError):
+            messages = worker.reader.read_available()
+        except OSError:
+            messages = None
+        if messages is None:
             # The worker is gone; its sentinel tells how. Stop listening to the dead pipe.
             try:
-                self.loop.remove_reader(worker.conn.fileno())  # type: ignore[union-attr]
+                self.loop.remove_reader(worker.outbox.fileno())  # type: ignore[union-attr]
             except (ValueError, OSError):
                 pass
+            return
+        for message in messages:
+            self._message(worker, message)
 
     def _message(self, worker: Worker, message: tuple) -> None:
         tag = message[0]
@@ -174,11 +193,15 @@ class Keeper:
             job = worker.job
             if job is None or job.id != message[1]:
                 return  # an answer for a job we already counted as lost
-            worker.job = None
+            worker.jobs.popleft()
             worker.jobs_done += 1
-            worker.state = "idle"
             error, tb = (message[2], message[3]) if tag == "failed" else (None, None)
             self.on_outcome(worker, job, error, tb)
+            if worker.jobs:
+                worker.job_started = self.loop.time()  # type: ignore[union-attr]
+                worker.job_started_wall = time.time()
+                return
+            worker.state = "idle"
             if self.stopping:
                 self.stop_worker(worker)
             elif not self._retire_if_due(worker):
@@ -202,11 +225,13 @@ class Keeper:
             worker.stop_reason = message[1]
 
     def _exited(self, worker: Worker) -> None:
-        self._readable(worker)  # an answer written just before the end still counts
+        if not worker.outbox.closed and worker.outbox.poll():
+            self._readable(worker)  # an answer written just before the end still counts
         self._unwatch(worker)
         worker.process.join(0)
         exitcode = worker.process.exitcode
-        worker.conn.close()
+        worker.inbox.close()
+        worker.outbox.close()
         slot = self.slots[worker.slot]
         cause = worker.stop_reason or exit_cause(exitcode)
         retired = worker in self.retiring
@@ -214,12 +239,14 @@ class Keeper:
         current = self.workers.get(worker.slot) is worker
         if current:
             del self.workers[worker.slot]
-        job, worker.job = worker.job, None
+        jobs = list(worker.jobs)
+        worker.jobs.clear()
+        job = jobs[0] if jobs else None
         if job is not None:
             self.log("worker.died", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
                      pid=worker.pid, slot=worker.slot, cause=cause)
             slot.last_exit = cause
-            self.on_lost(worker, job, cause)
+            self.on_lost(worker, job, cause, jobs[1:])
         elif retired or worker.state == "stopping":
             self.log("worker.stopped", "debug", pid=worker.pid, slot=worker.slot, exitcode=exitcode)
         elif worker.state == "starting":
@@ -258,14 +285,15 @@ class Keeper:
     def idle(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.state == "idle"]
 
-    def assign(self, worker: Worker, job: Job) -> None:
+    def assign(self, worker: Worker, jobs: list[Job]) -> None:
+        """Hand `jobs` to an idle worker, which runs them in this order."""
         worker.state = "busy"
-        worker.job = job
+        worker.jobs.extend(jobs)
         worker.job_started = self.loop.time()  # type: ignore[union-attr]
         worker.job_started_wall = time.time()
         try:
-            worker.conn.send(("job", job.id, job.kind, job.payload, job.queue, job.attempts,
-                              job.max_attempts, job.priority))
+            send(worker.inbox.fileno(), ("jobs", [(j.id, j.kind, j.payload, j.queue, j.attempts,
+                                                   j.max_attempts, j.priority) for j in jobs]))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and the job counts as lost
 
@@ -318,7 +346,7 @@ class Keeper:
         """Ask an idle worker to exit after its current message."""
         worker.state = "stopping"
         try:
-            worker.conn.send(("stop",))
+            send(worker.inbox.fileno(), ("stop",))
         except (OSError, ValueError):
             pass
 

@@ -56,9 +56,9 @@ class Supervisor:
         assert self.dispatcher is not None
         self.dispatcher.outcome(worker, job, error, tb)
 
-    def _lost(self, worker: Worker, job, cause: str) -> None:
+    def _lost(self, worker: Worker, job, cause: str, unstarted: list) -> None:
         assert self.dispatcher is not None
-        self.dispatcher.lost(worker, job, cause)
+        self.dispatcher.lost(worker, job, cause, unstarted)
 
     def _fatal(self, reason: str) -> None:
         self.fatal = reason
@@ -170,6 +170,7 @@ class Supervisor:
         while True:
             await asyncio.sleep(TICK)
             self.keeper.check_timeouts()
+            self.dispatcher.sample_rate(asyncio.get_running_loop().time())  # type: ignore[union-attr]
 
     # --- stopping ------------------------------------------------------------------------------
 
@@ -227,9 +228,10 @@ class Supervisor:
         self.log("shutdown.now", "warning", reason="second Ctrl-C", running=len(d.running()))
         self.keeper.stopping = True
         for worker in self.keeper.all_processes():
-            if worker.job is not None:
-                d.release_buffer.append((worker.job, "interrupted: stopped at once (second Ctrl-C)"))
-                worker.job = None
+            if worker.jobs:
+                d.release_buffer.append((worker.jobs.popleft(), "interrupted: stopped at once (second Ctrl-C)"))
+                d.release_buffer.extend((job, None) for job in worker.jobs)
+                worker.jobs.clear()
         self.keeper.kill_all()
         loop = asyncio.get_running_loop()
         try:

@@ -1,8 +1,8 @@
 """The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
 
-It never talks to the database. It reads ("job", ...) from its pipe and answers ("done", id) or
-("failed", id, error, traceback); whatever kills it instead, the supervisor sees the pipe close and
-records the failed attempt itself.
+It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
+answers each with ("done", id) or ("failed", id, error, traceback); whatever kills it instead, the
+supervisor sees it go at once and records the failed attempt of the job it was running itself.
 """
 
 from __future__ import annotations
@@ -58,7 +58,8 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def worker_main(conn: Connection, app_target: str, supervisor_pid: int, app_dir: str) -> None:
+def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervisor_pid: int,
+                app_dir: str) -> None:
     # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
@@ -70,41 +71,47 @@ def worker_main(conn: Connection, app_target: str, supervisor_pid: int, app_dir:
     from ..app import load_app
     from ..errors import JobsupError
     from ..job import Job
+    from .wire import Reader, send
+
+    fd = outbox.fileno()
+    reader = Reader(inbox.fileno())
 
     try:
         app = load_app(app_target)
     except JobsupError as exc:
-        conn.send(("fatal", str(exc)))
+        send(fd, ("fatal", str(exc)))
         sys.exit(3)
     except BaseException as exc:  # an app whose import raises SystemExit or worse
-        conn.send(("fatal", f"importing {app_target} failed: {_describe(exc)}"))
+        send(fd, ("fatal", f"importing {app_target} failed: {_describe(exc)}"))
         sys.exit(3)
 
     handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
-    conn.send(("ready", os.getpid(), sorted(handlers), timeouts))
+    send(fd, ("ready", os.getpid(), sorted(handlers), timeouts))
     loop = asyncio.new_event_loop()  # one loop for every async handler this worker runs
 
     while True:
         try:
-            message = conn.recv()
-        except (EOFError, OSError):
-            return  # the supervisor is gone
-        if message[0] == "stop":
+            message = reader.read_one()
+        except OSError:
+            message = None
+        if message is None or message[0] == "stop":  # None: the supervisor is gone
             return
-        _, job_id, kind, payload, queue, attempts, max_attempts, priority = message
-        job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
-                  max_attempts=max_attempts, priority=priority)
-        if kind not in handlers:
-            conn.send(("failed", job_id, f"no handler for {kind}", None))
-            continue
-        func, is_async = handlers[kind]
-        try:
-            if is_async:
-                loop.run_until_complete(func(job))
+        # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
+        # one runs: the first it has no answer for.
+        for job_id, kind, payload, queue, attempts, max_attempts, priority in message[1]:
+            job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
+                      max_attempts=max_attempts, priority=priority)
+            if kind not in handlers:
+                send(fd, ("failed", job_id, f"no handler for {kind}", None))
+                continue
+            func, is_async = handlers[kind]
+            try:
+                if is_async:
+                    loop.run_until_complete(func(job))
+                else:
+                    func(job)
+            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
+                send(fd, ("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
             else:
-                func(job)
-        except BaseException as exc:  # SystemExit and KeyboardInterrupt too: one failed attempt, not the worker
-            conn.send(("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
-        else:
-            conn.send(("done", job_id))
+                send(fd, ("done", job_id))

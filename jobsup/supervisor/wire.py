@@ -1,0 +1,66 @@
+"""Messages between the supervisor and a worker: pickled tuples, each behind a 4-byte length.
+
+multiprocessing.Connection costs two reads and a poll (a new selector each time) per message; at
+thousands of jobs a second that was half the supervisor's time. Here a readable pipe is read once and
+every whole message in it is taken.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+from typing import Any
+
+_HEADER = struct.Struct("!I")
+_READ_SIZE = 1 << 18
+
+
+def send(fd: int, message: tuple[Any, ...]) -> None:
+    """Write one message (blocking until the whole of it is written)."""
+    body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+    view = memoryview(_HEADER.pack(len(body)) + body)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+class Reader:
+    """Whole messages out of the bytes read so far."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.buffer = bytearray()
+
+    def read_available(self) -> list[tuple[Any, ...]] | None:
+        """One read (call when the fd is readable); the whole messages it completed, or None at EOF."""
+        data = os.read(self.fd, _READ_SIZE)
+        if not data:
+            return None
+        self.buffer += data
+        return self._messages()
+
+    def read_one(self) -> tuple[Any, ...] | None:
+        """Block until one whole message is here; None at EOF."""
+        while True:
+            messages = self._messages(limit=1)
+            if messages:
+                return messages[0]
+            data = os.read(self.fd, _READ_SIZE)
+            if not data:
+                return None
+            self.buffer += data
+
+    def _messages(self, limit: int | None = None) -> list[tuple[Any, ...]]:
+        messages = []
+        offset = 0
+        buffer = self.buffer
+        while len(buffer) - offset >= _HEADER.size and (limit is None or len(messages) < limit):
+            (size,) = _HEADER.unpack_from(buffer, offset)
+            end = offset + _HEADER.size + size
+            if len(buffer) < end:
+                break
+            messages.append(pickle.loads(buffer[offset + _HEADER.size:end]))
+            offset = end
+        if offset:
+            del buffer[:offset]
+        return messages
