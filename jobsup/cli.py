@@ -112,14 +112,20 @@ def _spec_from_line(number: int, line: str) -> JobSpec:
     if unknown:
         raise BadInput(f"line {number}: unknown field(s) {', '.join(sorted(unknown))} "
                        f"(allowed: {', '.join(sorted(_FILE_FIELDS))})")
-    if "kind" not in obj:
+    # null is "not given": the option's default, as when the field is left out
+    fields: dict[str, Any] = {name: value for name, value in obj.items() if value is not None}
+    if "kind" not in fields:
         raise BadInput(f"line {number}: a job needs a \"kind\"")
-    fields: dict[str, Any] = dict(obj)
     try:
         if "delay" in fields:
-            fields["delay"] = parse_duration(fields["delay"])
+            delay = fields["delay"]
+            if isinstance(delay, bool) or not isinstance(delay, (str, int, float)):
+                raise BadInput(f"delay must be seconds or a duration like \"400ms\", not {delay!r}")
+            fields["delay"] = parse_duration(delay)
         if "run_at" in fields:
-            fields["run_at"] = _iso_time(str(fields["run_at"]))
+            if not isinstance(fields["run_at"], str):
+                raise BadInput(f"run_at must be an ISO time string, not {fields['run_at']!r}")
+            fields["run_at"] = _iso_time(fields["run_at"])
         spec = JobSpec(**fields)
         spec.validate()
         spec.encoded_payload()

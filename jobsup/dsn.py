@@ -14,7 +14,8 @@ from psycopg import conninfo
 from . import embedded
 from .errors import DatabaseUnavailable
 
-_URL_PASSWORD = re.compile(r"(://[^:/@?#]*):[^@/?#]+@")
+# libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded.
+_URL_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]+@")
 _KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -14,6 +15,9 @@ from .errors import BadInput, PayloadTooLarge
 MAX_PAYLOAD_BYTES = int(os.environ.get("JOBSUP_MAX_PAYLOAD", 1_000_000))
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
+
+# JSON's escape of U+0000 (not preceded by an escaped backslash): valid JSON that jsonb cannot store.
+_NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +56,9 @@ class JobSpec:
                               allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise BadInput(f"payload of a {self.kind!r} job is not JSON: {exc}") from None
+        if "\\u0000" in text and _NUL_ESCAPE.search(text):
+            raise BadInput(f"payload of a {self.kind!r} job holds a NUL character (\\u0000), "
+                           "which PostgreSQL cannot store in jsonb")
         if len(text) > limit:  # bytes >= characters, so check the cheap bound first
             size = len(text.encode())
             if size > limit:

@@ -43,7 +43,10 @@ LATEST = available()[-1].version
 def migrate(conn: psycopg.Connection) -> list[Migration]:
     """Apply what is missing; return what was applied now (empty when up to date)."""
     applied_now = []
+    outermost = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     with conn.transaction():
+        if outermost:  # inside a caller's transaction, its isolation level is the caller's choice
+            conn.execute(SQL["migration_isolation"])
         conn.execute(SQL["migration_lock"], {"key": MIGRATION_LOCK})
         # CREATE SCHEMA IF NOT EXISTS is not safe against itself; under the lock it runs alone.
         conn.execute("CREATE SCHEMA IF NOT EXISTS jobsup")
