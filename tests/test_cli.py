@@ -1,0 +1,292 @@
+"""The `jobsup` command in a subprocess against a real PostgreSQL: enqueue, --file, stats, requeue-dead."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+import psycopg
+import pytest
+
+from jobsup import queue
+from jobsup.cli import ENQUEUE_CHUNK
+from jobsup.queue import Failure
+from jobsup.visibility import rows
+
+from .helpers import ROOT, cli_env, jobsup
+
+
+def run(dsn: str, *args: str, input: str | None = None, **env: str):
+    return jobsup(*args, "--dsn", dsn, input=input, env=cli_env(**env) if env else None)
+
+
+def ok(dsn: str, *args: str, input: str | None = None, **env: str) -> str:
+    result = run(dsn, *args, input=input, **env)
+    assert result.returncode == 0, (args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    return result.stdout
+
+
+def refused(dsn: str, *args: str, input: str | None = None, code: int = 2, **env: str) -> str:
+    """Run a command that must be refused: the exit code, one line on stderr, no traceback."""
+    result = run(dsn, *args, input=input, **env)
+    assert result.returncode == code, (args, result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, (args, result.stderr)
+    return lines[0]
+
+
+def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) -> None:
+    """Run every (args, expected text(s)) case at once; each must be refused like `refused` says."""
+    procs = [(args, says, subprocess.Popen([sys.executable, "-m", "jobsup", *args, "--dsn", dsn], cwd=ROOT,
+                                           env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           text=True))
+             for args, says in cases]
+    for args, says, proc in procs:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 2, (args, out, err)
+        assert "Traceback" not in err, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (args, err)
+        for text in (says,) if isinstance(says, str) else says:
+            assert text in lines[0], (args, text, lines[0])
+        assert out == "", (args, out)
+
+
+def enqueued_id(stdout: str) -> int:
+    assert stdout.startswith("enqueued job "), stdout
+    return int(stdout.split()[-1])
+
+
+def jobs(conn: psycopg.Connection) -> list[dict]:
+    return [rows(conn, "job", id=r[0])[0] for r in conn.execute("SELECT id FROM jobsup.jobs ORDER BY id")]
+
+
+# --- enqueue KIND JSON -----------------------------------------------------------------------------
+
+
+def test_enqueue_with_each_option(dsn, conn):
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "email", '{"to": "a@example.com"}')))[0]
+    assert (row["kind"], row["payload"], row["queue"], row["priority"], row["max_attempts"]) == \
+        ("email", {"to": "a@example.com"}, "default", 0, 3)
+    assert row["run_at"] == row["created_at"]
+
+    assert rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "ping")))[0]["payload"] == {}
+
+    job_id = enqueued_id(ok(dsn, "enqueue", "report", "[1, 2]", "--queue", "slow", "--priority", "-3",
+                            "--max-attempts", "7", "--unique-key", "r-1"))
+    row = rows(conn, "job", id=job_id)[0]
+    assert (row["payload"], row["queue"], row["priority"], row["max_attempts"], row["unique_key"]) == \
+        ([1, 2], "slow", -3, 7, "r-1")
+    out = ok(dsn, "enqueue", "report", "--unique-key", "r-1")
+    assert out.strip() == "skipped: a job with unique key 'r-1' is already queued or running"
+
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "later", "--delay", "400ms")))[0]
+    assert row["run_at"] - row["created_at"] == timedelta(milliseconds=400)
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "later", "--delay", "5m")))[0]
+    assert row["run_at"] - row["created_at"] == timedelta(minutes=5)
+
+    when = datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=2)))
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "at", "--run-at", when.isoformat())))[0]
+    assert row["run_at"] == when
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "at", "--run-at", "2030-01-02T03:04:05Z",
+                                              "--delay", "1s")))[0]
+    assert row["run_at"] == datetime(2030, 1, 2, 3, 4, 6, tzinfo=timezone.utc)
+    # a time without a zone is the terminal's local time
+    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "at", "--run-at", "2030-01-02T03:04:05",
+                                              TZ="JST-9")))[0]
+    assert row["run_at"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=9)))
+    assert len(jobs(conn)) == 8
+
+
+def test_enqueue_refuses_bad_input(dsn, conn):
+    refused_all(dsn, [(["enqueue", *args], says) for args, says in [
+        (["email", "{nope"], "payload is not JSON"),
+        (["email", '{"a": NaN}'], "not JSON"),
+        (["email", '{"a": "\\u0000"}'], "NUL"),
+        (["", "{}"], "needs a KIND"),
+        (["   "], "kind"),
+        ([], "needs a KIND"),
+        (["email", "--priority", "high"], "not a whole number"),
+        (["email", "--priority", "99999999999"], "priority"),
+        (["email", "--delay", "soon"], "not a duration"),
+        (["email", "--delay", "-5"], "not a duration"),
+        (["email", "--max-attempts", "0"], "must be at least 1"),
+        (["email", "--max-attempts", "two"], "not a whole number"),
+        (["email", "--run-at", "tomorrow"], "not an ISO time"),
+        (["email", "--bogus"], "unrecognized arguments: --bogus"),
+        (["email", "{}", "extra"], "unrecognized arguments: extra"),
+        (["email", "--file", "jobs.jsonl"], "not both"),
+    ]])
+    assert jobs(conn) == []
+
+
+def test_enqueue_refuses_a_payload_over_the_limit(dsn, conn, tmp_path):
+    line = refused(dsn, "enqueue", "big", json.dumps({"data": "x" * 200}), JOBSUP_MAX_PAYLOAD="100")
+    assert "over the limit of 100" in line and "JOBSUP_MAX_PAYLOAD" in line
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"kind": "small"}\n' + json.dumps({"kind": "big", "payload": "x" * 200}) + "\n")
+    line = refused(dsn, "enqueue", "--file", str(path), JOBSUP_MAX_PAYLOAD="100")
+    assert line.startswith("jobsup: error: line 2:") and "over the limit of 100" in line
+    assert jobs(conn) == []
+    assert enqueued_id(ok(dsn, "enqueue", "fits", json.dumps({"data": "x" * 80}), JOBSUP_MAX_PAYLOAD="100"))
+
+
+# --- enqueue --file --------------------------------------------------------------------------------
+
+
+def test_enqueue_file_in_one_transaction(dsn, conn, tmp_path):
+    n = ENQUEUE_CHUNK + 50  # more than one statement's worth
+    lines = [json.dumps({"kind": "bulk", "payload": {"n": i}}) for i in range(n - 4)]
+    lines += [
+        json.dumps({"kind": "rich", "payload": {"x": 1}, "queue": "q2", "priority": 4, "delay": "400ms",
+                    "max_attempts": 6, "unique_key": "u1"}),
+        json.dumps({"kind": "rich", "unique_key": "u1"}),  # skipped: its key is taken a line earlier
+        "",  # blank lines are ignored
+        json.dumps({"kind": "rich", "run_at": "2030-01-02T03:04:05+00:00", "delay": 2}),
+        json.dumps({"kind": "rich", "run_at": "2030-01-02T03:04:05Z"}),
+    ]
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    out = ok(dsn, "enqueue", "--file", str(path))
+    assert out.startswith(f"enqueued {n - 1} jobs in ") and "(1 skipped" in out
+    total, transactions = conn.execute(
+        "SELECT count(*), count(DISTINCT xmin::text) FROM jobsup.jobs").fetchone()
+    assert (total, transactions) == (n - 1, 1)
+    ns = [r[0] for r in conn.execute(
+        "SELECT (payload->>'n')::int FROM jobsup.jobs WHERE kind = 'bulk' ORDER BY id")]
+    assert ns == list(range(n - 4))  # in file order
+    [rich, at, at_z] = [r for r in jobs(conn) if r["kind"] == "rich"]
+    assert (rich["payload"], rich["queue"], rich["priority"], rich["max_attempts"], rich["unique_key"]) == \
+        ({"x": 1}, "q2", 4, 6, "u1")
+    assert rich["run_at"] - rich["created_at"] == timedelta(milliseconds=400)
+    assert at["run_at"] == datetime(2030, 1, 2, 3, 4, 7, tzinfo=timezone.utc)
+    assert at_z["run_at"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+
+
+def test_enqueue_file_from_stdin(dsn, conn):
+    lines = ['{"kind": "a"}', '{"kind": "b", "payload": [1]}',
+             # null means "not given", like a field left out
+             '{"kind": "c", "payload": null, "queue": null, "delay": null, "run_at": null, "priority": null,'
+             ' "max_attempts": null, "unique_key": null}']
+    out = ok(dsn, "enqueue", "--file", "-", input="\n".join(lines) + "\n")
+    assert out.startswith("enqueued 3 jobs")
+    got = jobs(conn)
+    assert [(r["kind"], r["payload"]) for r in got] == [("a", {}), ("b", [1]), ("c", {})]
+    assert (got[2]["queue"], got[2]["priority"], got[2]["max_attempts"], got[2]["unique_key"]) == \
+        ("default", 0, 3, None)
+    assert got[2]["run_at"] == got[2]["created_at"]
+
+
+def test_enqueue_file_names_the_bad_line(dsn, conn, tmp_path):
+    good = '{"kind": "fine"}\n\n{"kind": "fine", "payload": {"n": 2}}\n'
+    cases = []
+    for n, (bad, says) in enumerate([
+        ('{"kind": "x", "payload": {nope}}', "not JSON"),
+        ('{"payload": {}}', 'needs a "kind"'),
+        ('{"kind": "x", "colour": "red"}', "unknown field(s) colour"),
+        ('{"kind": "x", "delay": "soon"}', "not a duration"),
+        ('{"kind": "x", "delay": -1}', "negative"),
+        ('{"kind": "x", "run_at": "someday"}', "not an ISO time"),
+        ('{"kind": "x", "priority": "high"}', "priority"),
+        ('{"kind": "x", "max_attempts": 0}', "max_attempts"),
+        ('{"kind": ""}', "kind"),
+        ('["kind", "x"]', "expected a JSON object"),
+        ('{"kind": null}', 'needs a "kind"'),
+        ('{"kind": "x", "delay": [1]}', "delay must be"),
+        ('{"kind": "x", "delay": true}', "delay must be"),
+        ('{"kind": "x", "run_at": 1234567890}', "run_at must be an ISO time"),
+        ('{"kind": "x", "payload": "\\u0000"}', "NUL"),
+    ]):
+        path = tmp_path / f"jobs{n}.jsonl"
+        path.write_text(good + bad + '\n{"kind": "fine"}\n')
+        cases.append((["enqueue", "--file", str(path)], ("jobsup: error: line 4: ", says)))
+    refused_all(dsn, cases)
+    assert jobs(conn) == []
+
+
+def test_enqueue_file_unreadable(dsn, conn, tmp_path):
+    assert "cannot read" in refused(dsn, "enqueue", "--file", str(tmp_path / "missing.jsonl"))
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes('{"kind": "caf\xe9"}\n'.encode("latin-1"))
+    assert "not UTF-8" in refused(dsn, "enqueue", "--file", str(path))
+    assert jobs(conn) == []
+
+
+# --- stats and requeue-dead ------------------------------------------------------------------------
+
+
+def make_state(conn: psycopg.Connection) -> None:
+    """email: 2 ready, 1 scheduled, 1 running, 1 done, 2 dead (3 failed attempts); sms: 1 ready."""
+    attempts = [3, 3, 1, 1, 3, 3, 3]
+    queue.enqueue_many(conn, [{"kind": "email", "max_attempts": n} for n in attempts])
+    queue.enqueue(conn, "email", delay=3600)
+    jobs_ = queue.claim(conn, ["default"], 5, "sup-a", 30)
+    assert [j.max_attempts for j in jobs_] == attempts[:5]
+    queue.complete(conn, [(jobs_[0].id, 1)], "sup-a")
+    queue.fail(conn, [Failure(jobs_[1].id, 1, "smtp down")], "sup-a", backoff_base=3600)  # scheduled again
+    queue.fail(conn, [Failure(jobs_[2].id, 1, "smtp down"), Failure(jobs_[3].id, 1, "bad address")], "sup-a")
+    queue.enqueue(conn, "sms", {"to": "+1"}, queue="texts")
+
+
+def test_stats_json_matches_the_database(dsn, conn):
+    make_state(conn)
+    data = json.loads(ok(dsn, "stats", "--json"))
+    by_kind = {k["kind"]: k for k in data["kinds"]}
+    for kind in ("email", "sms"):
+        ready, scheduled, running, dead = conn.execute(
+            """SELECT count(*) FILTER (WHERE status = 'queued' AND run_at <= now()),
+                      count(*) FILTER (WHERE status = 'queued' AND run_at > now()),
+                      count(*) FILTER (WHERE status = 'running'),
+                      count(*) FILTER (WHERE status = 'dead')
+               FROM jobsup.jobs WHERE kind = %s""", (kind,)).fetchone()
+        done = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE kind = %s AND status = 'done'",
+                            (kind,)).fetchone()[0]
+        failed = conn.execute("SELECT coalesce(sum(jsonb_array_length(errors)), 0) FROM jobsup.jobs "
+                              "WHERE kind = %s", (kind,)).fetchone()[0]
+        row = by_kind[kind]
+        assert (row["ready"], row["scheduled"], row["running"], row["done"], row["failed"], row["dead"]) == \
+            (ready, scheduled, running, done, failed, dead)
+    assert (by_kind["email"]["ready"], by_kind["email"]["scheduled"], by_kind["email"]["running"],
+            by_kind["email"]["done"], by_kind["email"]["failed"], by_kind["email"]["dead"]) == (2, 2, 1, 1, 3, 2)
+    assert data["total"]["ready"] == 3 and data["total"]["dead"] == 2
+    assert set(data["oldest_ready"]) == {"default", "texts"}
+    assert sorted(j["last_error"] for j in data["dead_jobs"]) == ["bad address", "smtp down"]
+    assert {(g["kind"], g["last_error"], g["count"]) for g in data["dead_groups"]} == \
+        {("email", "smtp down", 1), ("email", "bad address", 1)}
+    datetime.fromisoformat(data["taken_at"])
+    datetime.fromisoformat(data["dead_jobs"][0]["done_at"])
+
+    text = ok(dsn, "stats")
+    assert "email" in text and "sms" in text and "smtp down" in text and "bad address" in text
+    assert "dead jobs (newest 2 of 2)" in text
+
+
+def test_stats_of_an_empty_queue(dsn):
+    data = json.loads(ok(dsn, "stats", "--json"))
+    assert data["kinds"] == [] and data["total"]["ready"] == 0 and data["dead_jobs"] == []
+    assert "(no ready jobs)" in ok(dsn, "stats")
+
+
+def test_requeue_dead(dsn, conn):
+    make_state(conn)
+    queue.enqueue(conn, "sms", max_attempts=1, queue="texts2")
+    [sms] = queue.claim(conn, ["texts2"], 1, "sup-a", 30)
+    queue.fail(conn, [Failure(sms.id, 1, "no credit")], "sup-a")
+    dead_email = [r[0] for r in conn.execute(
+        "SELECT id FROM jobsup.jobs WHERE kind = 'email' AND status = 'dead' ORDER BY id")]
+    assert len(dead_email) == 2
+
+    assert ok(dsn, "requeue-dead", "--kind", "nothing").strip() == "requeued 0 dead jobs (kind nothing)"
+    assert ok(dsn, "requeue-dead", "--kind", "email", "--error", "smtp down").strip() == \
+        "requeued 1 dead job (kind email and error 'smtp down')"
+    assert ok(dsn, "requeue-dead", "--kind", "email").strip() == "requeued 1 dead job (kind email)"
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE id = ANY(%s) AND status = 'queued' "
+                        "AND attempts = 0", (dead_email,)).fetchone()[0] == 2
+    assert ok(dsn, "requeue-dead", "--id", str(sms.id)).strip() == f"requeued 1 dead job (ids {sms.id})"
+    assert ok(dsn, "requeue-dead").strip() == "requeued 0 dead jobs"
+    assert {r["kind"]: r["dead"] for r in rows(conn, "kind_totals")} == {"email": 0, "sms": 0}
+    assert "at least 1" in refused(dsn, "requeue-dead", "--id", "0")
