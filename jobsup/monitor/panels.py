@@ -44,7 +44,12 @@ def selected_key(table: DataTable) -> str | None:
 
 
 def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
-    """Show `rows` (key, cells), keeping the selected row selected and the scroll where it was."""
+    """Show `rows` (key, cells), keeping the scroll where it was.
+
+    In the focused table the cursor stays on the row it was on, wherever that row moves: what the
+    operator selected is what r acts on. In the others it stays at its place, so the newest rows at the
+    top stay in view.
+    """
     keys = [key for key, _ in rows]
     if keys == [row.key.value for row in table.ordered_rows]:
         columns = [column.key for column in table.ordered_columns]
@@ -57,8 +62,8 @@ def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
     for key, cells in rows:
         table.add_row(*cells, key=key)
     if rows:
-        table.move_cursor(row=keys.index(selected) if selected in keys else min(index, len(rows) - 1),
-                          scroll=False)
+        follow = table.has_focus and selected in keys
+        table.move_cursor(row=keys.index(selected) if follow else min(index, len(rows) - 1), scroll=False)
         table.scroll_y = scroll
 
 

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label, Static
+from textual.widgets import Button, Footer, Static
 
 from . import figures as fig
 
@@ -23,8 +23,8 @@ class Confirm(ModalScreen[bool]):
     """Yes or no, with No focused: Enter or Esc right after the question changes nothing."""
 
     BINDINGS = [
-        Binding("escape,n", "answer(False)", "No"),
-        Binding("y", "answer(True)", "Yes"),
+        Binding("n,escape", "answer(False)", "No"),
+        Binding("y", "answer(True)", "Yes, requeue"),
         Binding("left,right", "app.focus_next", show=False),
     ]
 
@@ -35,12 +35,13 @@ class Confirm(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
-            yield Label(Text(self.question), id="question")
+            yield Static(Text(self.question, style="bold"), id="question")
             if self.detail:
-                yield Label(Text(self.detail, style="dim"), id="detail")
+                yield Static(Text(self.detail), id="detail")
             with Horizontal(id="buttons"):
                 yield Button("No", id="no", variant="primary")
                 yield Button("Yes, requeue", id="yes", variant="error")
+        yield Footer()
 
     def on_mount(self) -> None:
         self.query_one("#no", Button).focus()
@@ -98,7 +99,7 @@ class JobScreen(ModalScreen[str | None]):
     """One job. Dismissed with "requeue" when the operator asks to requeue it (r, if it is dead)."""
 
     BINDINGS = [
-        Binding("escape,q,enter", "dismiss(None)", "Close"),
+        Binding("escape,q,enter", "dismiss(None)", "Close", key_display="Esc"),
         Binding("r", "requeue", "Requeue"),
     ]
 
@@ -115,6 +116,7 @@ class JobScreen(ModalScreen[str | None]):
             box.border_title = f"job {self.job['id']} · {self.job['kind']} · {self.job['status']}"
             box.border_subtitle = "Esc close" + (" · r requeue" if self._can_requeue() else "")
             yield Static(job_details(self.job, self.now, self.tz))
+        yield Footer()
 
     def _can_requeue(self) -> bool:
         return self.job["status"] == "dead" and not self.read_only
@@ -129,7 +131,7 @@ class JobScreen(ModalScreen[str | None]):
 class HelpScreen(ModalScreen[None]):
     """Every key of the console, from the same data as the bindings."""
 
-    BINDINGS = [Binding("escape,q,question_mark", "dismiss(None)", "Close")]
+    BINDINGS = [Binding("escape,q,question_mark", "dismiss(None)", "Close", key_display="Esc")]
 
     def __init__(self, keys: Iterable[tuple[str, str]]) -> None:
         super().__init__()
@@ -145,3 +147,4 @@ class HelpScreen(ModalScreen[None]):
             box.border_title = "jobsup top: keys"
             box.border_subtitle = "Esc close"
             yield Static(table)
+        yield Footer()

@@ -1,0 +1,139 @@
+"""`make demo`: a live queue to watch. Starts the database and a supervisor, feeds it, opens `jobsup top`.
+
+    python examples/demo.py            # the embedded PostgreSQL, no setup; or JOBSUP_DSN=... for another
+
+1. the embedded PostgreSQL of the default data directory (JOBSUP_DATA_DIR moves it), unless JOBSUP_DSN
+   (or DATABASE_URL) names a server; then `jobsup migrate`;
+2. `jobsup start --procs 8 --app examples.demo_app:app` in the background, its log in a file;
+3. a steady mix of jobs (examples/demo_app.py says what each fate does): most succeed, some fail and
+   retry, some die, some crash their worker, some are slow, a few hang until their timeout;
+4. `jobsup top` in the foreground. Press r on a dead job to requeue it, q to quit.
+
+Quitting the console stops the feed, sends the supervisor SIGTERM and waits for it (its workers go with
+it), and stops the embedded PostgreSQL if the demo started it: nothing is left running.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import warnings
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import psycopg  # noqa: E402
+
+from jobsup import dsn as dsns, embedded  # noqa: E402
+from examples.demo_app import app  # noqa: E402
+
+PROCS = 8
+JOBS_PER_SECOND = 15  # the feed; eight workers keep up with it, so the backlog stays small
+SHUTDOWN_TIMEOUT = "5s"  # how long the supervisor lets running jobs finish when the demo ends
+STOP_WAIT = 30.0  # seconds to wait for the supervisor to exit before it is killed
+
+# (weight, kind, payload, delay): the mix of the feed; about 1 job in 50 ends dead.
+MIX = [
+    (60, "email", {"fate": "ok"}, 0),
+    (8, "email", {"fate": "flaky", "fails": 1}, 0),
+    (3, "email", {"fate": "flaky", "fails": 2}, 0),
+    (1, "email", {"fate": "doomed"}, 0),
+    (10, "webhook", {"fate": "ok", "url": "https://hooks.example/orders"}, 0),
+    (0.5, "webhook", {"fate": "doomed", "url": "https://hooks.example/orders"}, 0),
+    (6, "resize", {"fate": "ok"}, 0),
+    (0.7, "resize", {"fate": "crash"}, 0),
+    (0.3, "resize", {"fate": "crash", "always": True}, 0),
+    (2, "report", {"fate": "slow"}, 0),
+    (0.3, "export", {"fate": "hang"}, 0),
+    (1, "export", {"fate": "ok"}, 0),
+    (3, "email", {"fate": "ok", "digest": True}, 30),  # scheduled: shown as such until due
+]
+
+
+def jobsup(*args: str) -> list[str]:
+    return [sys.executable, "-m", "jobsup", *args]
+
+
+def feed(dsn: str, stop: threading.Event, log) -> None:
+    """Enqueue JOBS_PER_SECOND jobs a second, in five batches, until told to stop."""
+    rng = random.Random()
+    weights = [m[0] for m in MIX]
+    conn = None
+    while not stop.wait(0.2):
+        try:
+            if conn is None or conn.closed:
+                conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
+            batch = []
+            for weight, kind, payload, delay in rng.choices(MIX, weights, k=JOBS_PER_SECOND // 5):
+                batch.append({"kind": kind, "payload": payload, "delay": delay})
+            app.enqueue_many(conn, [app.spec(job) for job in batch])
+        except psycopg.Error as exc:  # the database went away: try again on the next round
+            print(f"feed: {exc}".strip(), file=log, flush=True)
+            conn = None
+    if conn is not None:
+        conn.close()
+
+
+# platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers, tmux); its fallback works.
+QUIET = "ignore::UserWarning:platformdirs.api"
+
+
+def main() -> int:
+    warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
+    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+           "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET]))}
+    named = os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
+    data_dir = embedded.data_dir_from(None)
+    started_db = not named and embedded.running_dsn(data_dir) is None
+    dsn = dsns.resolve(None, None)  # starts the embedded server when nothing names one
+    where = dsns.redact(dsn)
+    logs = Path(tempfile.gettempdir()) / "jobsup-demo"
+    logs.mkdir(exist_ok=True)
+    log_path = logs / "supervisor.log"
+    supervisor = None
+    stop = threading.Event()
+    feeder = None
+    try:
+        subprocess.run(jobsup("migrate"), env=env, cwd=ROOT, check=True)
+        with open(log_path, "w") as log:
+            # Its own session: a Ctrl-C at the terminal is the console's to handle, not the supervisor's.
+            supervisor = subprocess.Popen(
+                jobsup("start", "--procs", str(PROCS), "--app", "examples.demo_app:app",
+                       "--queues", "default,reports", "--shutdown-timeout", SHUTDOWN_TIMEOUT),
+                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        feed_log = open(logs / "feed.log", "w")
+        feeder = threading.Thread(target=feed, args=(dsn, stop, feed_log), name="feed", daemon=True)
+        feeder.start()
+        print(f"database {where}; supervisor pid {supervisor.pid}, log {log_path}; opening jobsup top…")
+        top = subprocess.run(jobsup("top"), env=env, cwd=ROOT)
+        return top.returncode
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        stop.set()
+        if feeder is not None:
+            feeder.join(timeout=10)
+        if supervisor is not None:
+            print(f"stopping the supervisor (pid {supervisor.pid})…")
+            if supervisor.poll() is None:
+                supervisor.send_signal(signal.SIGTERM)
+            try:
+                supervisor.wait(timeout=STOP_WAIT)
+            except subprocess.TimeoutExpired:
+                print(f"the supervisor did not stop within {STOP_WAIT:g}s: killing it", file=sys.stderr)
+                os.killpg(supervisor.pid, signal.SIGKILL)
+                supervisor.wait()
+            print(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
+        if started_db:
+            embedded.stop(data_dir)
+            print(f"stopped the embedded PostgreSQL in {data_dir}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
