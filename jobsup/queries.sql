@@ -345,3 +345,10 @@ SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) 
 
 -- name: listen
 LISTEN jobsup
+
+-- name: claims_session
+-- The supervisor's claiming connection does not wait for the WAL flush of its claims: that flush is
+-- most of a pickup's latency on a real disk. A server crash can then forget claims of its last
+-- moments, and those jobs run again: at-least-once, as ever. Outcome writes stay synchronous, and
+-- their flush makes every earlier claim durable too.
+SET synchronous_commit = off

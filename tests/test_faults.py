@@ -128,3 +128,31 @@ def test_two_supervisors_share_the_work_without_duplicates(conn, start):
     by = dict(conn.execute("SELECT locked_by, count(*) FROM jobsup.jobs GROUP BY locked_by").fetchall())
     assert len(by) == 2 and min(by.values()) > 100  # both took a real share
     assert a.stop() == 0 and b.stop() == 0
+
+
+def test_a_shutdown_with_the_database_gone_gives_up_in_time_and_the_jobs_come_back(conn, start, server_dsn):
+    make_calls_table(conn)
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 1})] * 2)
+    sup = start("--shutdown-timeout", "300ms", "--lease", "1s", procs=2)
+    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    name = conn.info.dbname
+    conn.close()
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        sup.signal(signal.SIGTERM)
+        code = sup.process.wait(30)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert code == 1
+    assert "the reaper returns unwritten jobs" in sup.log()
+    with psycopg.connect(sup_dsn(server_dsn, name), autocommit=True) as fresh:
+        second = start(procs=2)
+        wait_for(lambda: status_counts(fresh).get("done") == 2, timeout=20, message="jobs recovered")
+        assert set(calls(fresh)) == set(ids)
+    assert second.stop() == 0
+
+
+def sup_dsn(server_dsn: str, name: str) -> str:
+    from psycopg import conninfo
+
+    return conninfo.make_conninfo(server_dsn, dbname=name)

@@ -250,40 +250,57 @@ class Dispatcher:
             await self.flush()
 
     async def flush(self, *, deadline: float | None = None) -> None:
-        """Write every buffered outcome: one statement per kind of outcome present."""
+        """Write every buffered outcome: one statement per kind of outcome present. What is not
+        written (the database gave out past `deadline`, or the flush was cancelled) stays buffered."""
         done, self.done_buffer = self.done_buffer, []
         failures, self.fail_buffer = self.fail_buffer, []
         releases, self.release_buffer = self.release_buffer, []
-        if done:
-            pairs = [(j.id, j.attempts) for j in done]
-            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
-            self.jobs_done += len(written)
-            self._forget(done, written, "done")
-        if failures:
-            outcomes = await self.writes.run(lambda c: queue.afail(
-                c, failures, self.id, backoff_base=self.config.backoff_base,
-                backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
-            self.jobs_failed += len(outcomes)
-            by_id = {o.id: o for o in outcomes}
-            for failure in failures:
-                outcome = by_id.get(failure.id)
-                job = self.held.get(failure.id)
-                if outcome is not None and outcome.status == "dead" and job is not None:
-                    self.log("job.dead", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                             error=failure.error)
-                elif outcome is not None and outcome.run_at is not None:
-                    self.note_run_at(outcome.run_at.timestamp())
-            self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")
-        if releases:
-            pairs = [(j.id, j.attempts) for j, _ in releases]
-            reasons = [reason for _, reason in releases]
-            written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons),
-                                            deadline=deadline)
-            for job, reason in releases:
-                if reason is not None:
-                    self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                             reason=reason)
-            self._forget([j for j, _ in releases], written, "released")
+        try:
+            if done:
+                await self._write_done(done, deadline)
+                done = []
+            if failures:
+                await self._write_failures(failures, deadline)
+                failures = []
+            if releases:
+                await self._write_releases(releases, deadline)
+                releases = []
+        finally:
+            self.done_buffer[:0] = done
+            self.fail_buffer[:0] = failures
+            self.release_buffer[:0] = releases
+
+    async def _write_done(self, done: list[Job], deadline: float | None) -> None:
+        pairs = [(j.id, j.attempts) for j in done]
+        written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
+        self.jobs_done += len(written)
+        self._forget(done, written, "done")
+
+    async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:
+        outcomes = await self.writes.run(lambda c: queue.afail(
+            c, failures, self.id, backoff_base=self.config.backoff_base,
+            backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
+        self.jobs_failed += len(outcomes)
+        by_id = {o.id: o for o in outcomes}
+        for failure in failures:
+            outcome = by_id.get(failure.id)
+            job = self.held.get(failure.id)
+            if outcome is not None and outcome.status == "dead" and job is not None:
+                self.log("job.dead", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                         error=failure.error)
+            elif outcome is not None and outcome.run_at is not None:
+                self.note_run_at(outcome.run_at.timestamp())
+        self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")
+
+    async def _write_releases(self, releases: list[tuple[Job, str | None]], deadline: float | None) -> None:
+        pairs = [(j.id, j.attempts) for j, _ in releases]
+        reasons = [reason for _, reason in releases]
+        written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons), deadline=deadline)
+        for job, reason in releases:
+            if reason is not None:
+                self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                         reason=reason)
+        self._forget([j for j, _ in releases], written, "released")
 
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)

@@ -25,13 +25,15 @@ LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class Link:
-    def __init__(self, dsn: str, name: str, log: EventLog) -> None:
+    def __init__(self, dsn: str, name: str, log: EventLog, *, setup: str | None = None) -> None:
         self.dsn = dsn
         self.name = name
         self.log = log
+        self.setup = setup  # a statement run on every new connection
         self.conn: psycopg.AsyncConnection | None = None
         self.lost = False  # the previous connection broke; cleared by the next successful connect
         self.reconnects = 0
+        self.failed_tries = 0  # connection attempts failed in a row
         self.lock = asyncio.Lock()  # one statement at a time on this connection
 
     async def connect(self, *, deadline: float | None = None) -> psycopg.AsyncConnection:
@@ -44,16 +46,23 @@ class Link:
             try:
                 self.conn = await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}")
+                if self.setup:
+                    await self.conn.execute(self.setup)
+                self.failed_tries = 0
                 if self.lost:
                     self.lost = False
                     self.reconnects += 1
                     self.log("db.reconnected", link=self.name)
                 return self.conn
             except LOST as exc:
+                self.lost = True
+                self.failed_tries += 1
+                # Said at once, then about once a minute while it lasts, not at every try.
+                if self.failed_tries == 1 or self.failed_tries % 30 == 0:
+                    self.log("db.unavailable", "warning", link=self.name, tries=self.failed_tries,
+                             error=describe_connect_error(self.dsn, exc))
                 if deadline is not None and loop.time() + delay > deadline:
                     raise
-                self.log("db.unavailable", "warning", link=self.name, retry_in=f"{delay:.2f}s",
-                         error=describe_connect_error(self.dsn, exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
 

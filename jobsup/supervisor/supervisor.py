@@ -15,7 +15,7 @@ from psycopg.types.json import Jsonb
 
 from .. import __version__, queue
 from ..dsn import redact
-from ..errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
+from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
 from ..sql import STATEMENTS as SQL
 from .config import Config
 from .dispatcher import Dispatcher, Wakeup
@@ -31,6 +31,11 @@ FORGET_STALE_AFTER = 3600.0
 HARD_STOP_BUDGET = 2.0
 # While waiting for running jobs at shutdown, say what is still running this often.
 WAIT_REPORT_EVERY = 5.0
+# At shutdown, how long past the shutdown timeout (and the kill grace) outcome writes keep trying a
+# database that is down; at most the shutdown timeout again.
+DB_GRACE = 10.0
+# At shutdown, how long a claim in flight may take to land.
+CLAIM_LANDING = 5.0
 
 
 class Supervisor:
@@ -78,7 +83,8 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig.name)
         self.keeper.attach(loop)
-        self.links = {name: Link(dsn, name, self.log) for name in ("claims", "writes", "house", "listen")}
+        self.links = {name: Link(dsn, name, self.log) for name in ("writes", "house", "listen")}
+        self.links["claims"] = Link(dsn, "claims", self.log, setup=SQL["claims_session"])
         self.dispatcher = Dispatcher(self.config, self.log, self.id, self.keeper,
                                      self.links["claims"], self.links["writes"])
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
@@ -97,8 +103,17 @@ class Supervisor:
             for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
                 if task.done() and not task.cancelled() and task.exception() is not None:
                     raise task.exception()  # type: ignore[misc]
+        # The shutdown runs as a task of its own, so a second Ctrl-C stops at once whatever it waits for.
+        shutdown = loop.create_task(self._shutdown(tasks))
+        shutdown.add_done_callback(lambda _: self.stop_wakeup.set())
         try:
-            return await self._shutdown(tasks)
+            while not shutdown.done():
+                await self.stop_wakeup.wait(3600)
+                if self.hard_stop and not shutdown.done():
+                    shutdown.cancel()
+                    await asyncio.gather(shutdown, return_exceptions=True)
+                    return await self._hard_stop()
+            return shutdown.result()
         finally:
             for task in tasks:
                 task.cancel()
@@ -189,25 +204,35 @@ class Supervisor:
         else:
             self.log("shutdown.started", signal=self.signals[0], running=len(d.running()),
                      prefetched=len(d.prefetched), timeout=f"{self.config.shutdown_timeout:g}s")
-        claim_task = next(t for t in tasks if t.get_name() == "claim")
-        await asyncio.wait([claim_task], timeout=5)  # a claim in flight lands, and is released below
+        by_name = {t.get_name(): t for t in tasks}
+        # A claim in flight lands, and what it took is released below; a claim loop stuck reconnecting
+        # to a database that is gone is not waited for.
+        await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
+        # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
+        # lease renewals and the keeper's clock go on.
+        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat")]
+        for task in stopped:
+            task.cancel()
+        await asyncio.gather(*stopped, return_exceptions=True)
         released = d.release_prefetched()
         if released:
             self.log("shutdown.released", count=released, reason="prefetched, not started")
-        await d.flush()
-
         deadline = loop.time() + self.config.shutdown_timeout
+        # Past this the database is given up on: what is not written back, the reaper returns.
+        db_deadline = deadline + self.config.kill_grace + min(DB_GRACE, self.config.shutdown_timeout)
+        lost_db = not await self._try(d.flush(deadline=db_deadline))
+
         next_report = loop.time() + WAIT_REPORT_EVERY
-        while d.running() and not self.hard_stop and loop.time() < deadline:
+        while d.running() and loop.time() < deadline:
             if loop.time() >= next_report:
                 running = d.running()
                 self.log("shutdown.waiting", running=len(running), ids=[j.id for j in running],
                          left=f"{deadline - loop.time():.0f}s")
                 next_report = loop.time() + WAIT_REPORT_EVERY
             await d.idle_wakeup.wait(0.5)
+            if d.buffered():
+                lost_db |= not await self._try(d.flush(deadline=db_deadline))
 
-        if self.hard_stop:
-            return await self._hard_stop()
         still = d.running()
         if still:
             reason = f"interrupted: still running when shutdown timed out after {self.config.shutdown_timeout:g}s"
@@ -216,11 +241,22 @@ class Supervisor:
                 if worker.job is not None:
                     self.keeper.interrupt(worker, reason)
             await self._wait_workers_gone(self.config.kill_grace + 2)
-        await d.flush()
+        lost_db |= not await self._try(d.flush(deadline=db_deadline))
         await self._stop_workers()
-        await self._forget_self()
+        lost_db |= not await self._try(self._forget_self(deadline=db_deadline))
+        if lost_db:
+            self.log("shutdown.done", "error", jobs_done=d.jobs_done, unwritten=len(d.held),
+                     note="the database did not answer; the reaper returns unwritten jobs when their leases expire")
+            return EXIT_FAILURE
         self.log("shutdown.done", jobs_done=d.jobs_done)
         return EXIT_WORKERS_FAILED if self.fatal else EXIT_OK
+
+    async def _try(self, step) -> bool:
+        try:
+            await step
+            return True
+        except LOST:
+            return False
 
     async def _hard_stop(self) -> int:
         d = self.dispatcher
@@ -236,7 +272,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(d.flush(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
-            await asyncio.wait_for(self._forget_self(), HARD_STOP_BUDGET)
+            await asyncio.wait_for(self._forget_self(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
         except (asyncio.TimeoutError, *LOST):
             self.log("shutdown.now", "warning", reason="database did not answer; the reaper will return the rest")
         return EXIT_INTERRUPTED
@@ -257,6 +293,6 @@ class Supervisor:
             self.keeper.check_timeouts()
             await asyncio.sleep(0.02)
 
-    async def _forget_self(self) -> None:
+    async def _forget_self(self, deadline: float) -> None:
         await self.links["house"].run(lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}),
-                                      deadline=asyncio.get_running_loop().time() + 5)
+                                      deadline=deadline)
