@@ -298,14 +298,17 @@ class WorkersPanel(Panel):
                          right(str(w.job_id) if w.job_id is not None else "-"), left(w.kind or "-"),
                          right(fig.age(busy_for)), right(fig.size(w.rss)),
                          right("-" if w.cpu is None else f"{w.cpu:.0f}"), right(fig.count(w.jobs_done)),
-                         right(str(w.restarts), view.warning if w.restarts else ""),
-                         left(fig.short_error(w.last_exit, 40) or "-")]
+                         right(str(w.restarts), view.warning if w.restarts else "")]
                 key = f"{sup.id}\x00{w.pid}" + (f"\x00{w.job_id}" if w.job_id is not None else "")
-                rows.append((key, cells))
+                rows.append((key, cells, w.last_exit))
         if not lines:
             lines.append(Text("no supervisor is running: jobsup start --app module:app", style="dim"))
         self.query_one("#supervisors", Static).update(Text("\n").join(lines))
-        fill(self.query_one(Table), rows)
+        headers = ["sup", "pid", "state", "job", "kind", "for", "rss", "cpu%", "done", "rst"]
+        width = last_column_width(self.size.width, [[h, *(r[1][i].plain for r in rows)]
+                                                    for i, h in enumerate(headers)], 8)
+        fill(self.query_one(Table), [(key, [*cells, left(fig.short_error(exit_, width) or "-")])
+                                     for key, cells, exit_ in rows])
 
 
 def worker_job(key: str | None) -> int | None:
@@ -328,6 +331,7 @@ class ReaperPanel(Panel):
 
     def show(self, figures: Figures, view: View) -> None:
         series = figures.reaped_per_minute
+        self.border_subtitle = "" if figures.reaper_passes else "no reaper has returned a job yet"
         self.query_one("#reaped-label", Label).update(Text.assemble(
             ("rescued", "bold"), f" {sum(series):>5,}/{len(series)}m"))
         self.query_one("#reaped-spark", Sparkline).data = [float(n) for n in series] if len(series) > 1 else []
