@@ -92,3 +92,11 @@ def enqueue_kinds(conn: psycopg.Connection, kinds: Sequence[str], **opts) -> lis
     from jobsup import queue
 
     return queue.enqueue_many(conn, [dict(kind=k, **opts) for k in kinds])
+
+
+def alive(process: psutil.Process) -> bool:
+    """Running and not a zombie; a process that ends while we look is not alive."""
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -7,14 +7,13 @@ import multiprocessing
 import os
 import signal
 
-import psutil
 import psycopg
 import pytest
 
 from jobsup import embedded, queue
 
 from .helpers import wait_for
-from .supervisor_helpers import Supervisor, enqueue_kinds, make_calls_table, status_counts
+from .supervisor_helpers import Supervisor, alive, enqueue_kinds, make_calls_table, status_counts
 
 
 @pytest.fixture
@@ -108,7 +107,7 @@ def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_job
     workers = first.workers()
     os.kill(first.pid, signal.SIGKILL)
     first.process.wait(10)
-    wait_for(lambda: not any(w.is_running() and w.status() != psutil.STATUS_ZOMBIE for w in workers),
+    wait_for(lambda: not any(alive(w) for w in workers),
              timeout=10, message="the workers die with their supervisor")
     conn.execute("UPDATE jobsup.jobs SET payload = '{\"seconds\": 0}'")  # so the second run is quick
     second = start(procs=2)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import signal
 import time
 
-import psutil
 import pytest
 
 from jobsup import queue
@@ -171,7 +170,7 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
     ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
     sup = start("--shutdown-timeout", "300ms", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
-    wait_for(lambda: all(w.status() != psutil.STATUS_ZOMBIE for w in sup.workers()) and len(sup.workers()) == 2)
+    wait_for(lambda: len(sup.workers()) == 2)
     time.sleep(0.2)  # let both handlers actually start sleeping
     sup.signal(signal.SIGINT, group=True)  # Ctrl-C in the terminal reaches the workers too
     assert sup.process.wait(20) == 0
