@@ -23,14 +23,15 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--app", default=_env("app", None),
                         help="module:attribute of the jobsup App, e.g. examples.lab:app (env JOBSUP_APP)")
     parser.add_argument("--procs", type=_positive_int, default=_env("procs", d.procs),
-                        help=f"worker processes (env JOBSUP_PROCS; default {d.procs})")
+                        help=f"worker processes (env JOBSUP_PROCS; default: the cores, at most 8; here {d.procs})")
     parser.add_argument("--queues", default=_env("queues", ",".join(d.queues)),
                         help="comma-separated queues to work (env JOBSUP_QUEUES; default default)")
     parser.add_argument("--batch", type=_positive_int, default=_env("batch", d.batch),
                         help=f"most jobs claimed in one statement (env JOBSUP_BATCH; default {d.batch})")
     parser.add_argument("--prefetch", type=int, default=_env("prefetch", d.prefetch),
                         help="jobs claimed beyond idle workers, so a finishing worker gets its next job "
-                             f"at once (env JOBSUP_PREFETCH; default {d.prefetch})")
+                             "at once; with many short jobs it grows to what the workers finish in 50 ms "
+                             f"(env JOBSUP_PREFETCH; default {d.prefetch})")
     parser.add_argument("--lease", type=_duration, default=_env("lease", d.lease),
                         help=f"lease of a held job, renewed every third of it (env JOBSUP_LEASE; default {d.lease:g}s)")
     parser.add_argument("--timeout", type=_duration, default=_env("timeout", d.timeout),
