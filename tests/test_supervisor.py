@@ -212,3 +212,30 @@ def test_start_on_a_database_without_the_schema_says_to_migrate(empty_dsn):
     result = jobsup("start", "--dsn", empty_dsn, "--app", "examples.misbehave:app", "--procs", "1")
     assert result.returncode == 1
     assert "jobsup migrate" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
+    sup = start("--poll-interval", "30s")
+    sup.wait_ready()
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
+    first = queue.enqueue(conn, "ok", delay=0.3)
+    second = queue.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
+    wait_for(lambda: status_counts(conn).get("done") == 2, timeout=5, message="both delayed jobs done")
+    late = dict(conn.execute("SELECT id, extract(epoch FROM started_at - run_at) FROM jobsup.jobs").fetchall())
+    assert 0 <= late[first] < 1 and 0 <= late[second] < 1, late
+
+
+def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
+    import json
+
+    queue.enqueue(conn, "raise", max_attempts=1)
+    sup = start("--log-format", "json")
+    wait_for(lambda: status_counts(conn).get("dead") == 1, message="the job dead")
+    assert sup.stop() == 0
+    records = [json.loads(line) for line in sup.log().splitlines() if line.strip()]
+    actions = [r["action"] for r in records]
+    assert actions[0] == "worker.spawned" and "supervisor.started" in actions and actions[-1] == "shutdown.done"
+    dead = next(r for r in records if r["action"] == "job.dead")
+    assert dead["kind"] == "raise" and dead["attempt"] == 1 and "raised on attempt 1" in dead["error"]
+    started = next(r for r in records if r["action"] == "supervisor.started")
+    assert started["version"] and started["queues"] == ["default"] and "dsn" in started

@@ -9,6 +9,7 @@ outcome to be written, so no job is reaped while its supervisor lives.
 from __future__ import annotations
 
 import asyncio
+import heapq
 import json
 import time
 from collections import deque
@@ -33,6 +34,8 @@ RATE_SMOOTHING = 0.3
 # and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
 SHORT_JOB = 0.002
 HANDOUT_MAX = 8
+# Future run_at times remembered to wake for (retries, delayed jobs); beyond these the poll finds them.
+KNOWN_RUN_ATS = 10_000
 
 
 class Wakeup:
@@ -77,7 +80,7 @@ class Dispatcher:
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
-        self.next_run_at: float | None = None  # earliest future run_at we know of (epoch seconds)
+        self.run_ats: list[float] = []  # heap of future run_at times we know of (epoch seconds)
         self.stopping = False
         self.orphans_possible = False
         self.claim_wakeup = Wakeup()
@@ -142,9 +145,11 @@ class Dispatcher:
         self.claim_wakeup.set()
 
     def note_run_at(self, run_at: float) -> None:
-        if self.next_run_at is None or run_at < self.next_run_at:
-            self.next_run_at = run_at
+        if len(self.run_ats) >= KNOWN_RUN_ATS:
+            return  # the poll finds the rest
+        if not self.run_ats or run_at < self.run_ats[0]:
             self.claim_wakeup.set()  # the claim loop recomputes how long it may sleep
+        heapq.heappush(self.run_ats, run_at)
 
     # --- claiming ---------------------------------------------------------------------------
 
@@ -179,11 +184,13 @@ class Dispatcher:
                     self._take(jobs)
                 continue
             timeout = next_poll - loop.time()
-            if self.next_run_at is not None:
-                timeout = min(timeout, self.next_run_at - time.time())
+            if self.run_ats:
+                timeout = min(timeout, self.run_ats[0] - time.time())
             await self.claim_wakeup.wait(timeout)
-            if self.next_run_at is not None and time.time() >= self.next_run_at:
-                self.next_run_at = None
+            now = time.time()
+            if self.run_ats and now >= self.run_ats[0]:
+                while self.run_ats and now >= self.run_ats[0]:
+                    heapq.heappop(self.run_ats)
                 self.more = True
             if loop.time() >= next_poll:
                 self.more = True  # the safety net: a NOTIFY may have been missed
