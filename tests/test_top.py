@@ -27,7 +27,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from jobsup import queue
-from jobsup.monitor import figures as fig
+from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
@@ -71,10 +71,13 @@ def rows(app: TopApp, table_id: str) -> dict[str, list[str]]:
     return {row.key.value: [str(cell) for cell in table.get_row(row.key)] for row in table.ordered_rows}
 
 
-def select(app: TopApp, table_id: str, key: str) -> DataTable:
-    table = app.query_one(f"#{table_id}", DataTable)
+async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
+    """Focus a table and put its cursor on a row, as Tab and the arrows would; wait until it is so."""
+    table = pilot.app.query_one(f"#{table_id}", DataTable)
     table.focus()
     table.move_cursor(row=table.get_row_index(key))
+    await until(pilot, lambda: pilot.app.focused is table and panels.selected_key(table) == key,
+                message=f"the cursor on {key!r} of #{table_id}")
     return table
 
 
@@ -179,14 +182,14 @@ def test_dead_job_shows_and_r_requeues_it(conn, dsn):
             assert rows(app, "dead")[str(job_id)][1:3] == ["email", "1/1"]
 
             # Enter opens it: its error history with the traceback.
-            select(app, "dead", str(job_id))
+            await select(pilot, "dead", str(job_id))
             await pilot.press("enter")
             await until(pilot, lambda: isinstance(app.screen, JobScreen), message="the job screen")
             assert "Traceback (most recent call last):" in await screen_text(pilot)
             await pilot.press("escape")
             await until(pilot, lambda: not isinstance(app.screen, JobScreen), message="the job screen to close")
 
-            select(app, "dead", str(job_id))
+            await select(pilot, "dead", str(job_id))
             await pilot.press("r")
             await until(pilot, lambda: status(conn, job_id) == "queued", message="the requeue")
             await until(pilot, lambda: str(job_id) not in rows(app, "dead"), message="the table to update")
@@ -208,7 +211,7 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             group = next(k for k, v in rows(app, "groups").items() if v[3] == "SMTP timeout")
 
             # No is the default: Enter right away changes nothing.
-            select(app, "groups", group)
+            await select(pilot, "groups", group)
             await pilot.press("R")
             confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
                                   message="the confirmation")
@@ -219,7 +222,7 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             assert all(status(conn, i) == "dead" for i in smtp + bounce + sms)
 
             # Asked again; a job that dies in the same group meanwhile is not part of what was stated.
-            select(app, "groups", group)
+            await select(pilot, "groups", group)
             await pilot.press("R")
             await until(pilot, lambda: isinstance(app.screen, Confirm), message="the confirmation")
             [late] = make_dead(conn, "email", 1, "SMTP timeout")
@@ -231,7 +234,7 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             # R on the kinds table's total row states every dead job; n declines.
             await until(pilot, lambda: app.figures.total.dead == 5, message="the new totals")
             kinds = rows(app, "kinds")
-            select(app, "kinds", next(k for k in kinds if k.startswith("\x00")))
+            await select(pilot, "kinds", next(k for k in kinds if k.startswith("\x00")))
             await pilot.press("R")
             confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
                                   message="the confirmation")
@@ -240,7 +243,7 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             await until(pilot, lambda: not isinstance(app.screen, Confirm), message="the dialog to close")
 
             # R on the sms row of the kinds table: that kind only.
-            select(app, "kinds", "sms")
+            await select(pilot, "kinds", "sms")
             await pilot.press("R")
             confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
                                   message="the confirmation")
@@ -262,7 +265,7 @@ def test_read_only_refuses_to_requeue(conn, dsn):
             shown = {b.binding.action for b in app.screen.active_bindings.values() if b.binding.show}
             assert "requeue" not in shown and "requeue_scope" not in shown
             assert "Requeue" not in await screen_text(pilot)
-            select(app, "dead", str(job_id))
+            await select(pilot, "dead", str(job_id))
             await pilot.press("r", "R")
             await pilot.pause(0.1)
             assert not isinstance(app.screen, Confirm)
@@ -279,6 +282,23 @@ def test_read_only_refuses_to_requeue(conn, dsn):
             assert "requeue" not in (await screen_text(pilot)).lower()
 
     run(scenario)
+
+
+def test_the_source_holds_one_conversation_at_a_time(conn, dsn):
+    """Refreshes and requeues issued at once (timer and keys do that) all succeed, each with its own result."""
+    ids = make_dead(conn, "email", 20, "SMTP timeout")
+
+    async def scenario() -> None:
+        source = Source(dsn)
+        try:
+            results = await asyncio.gather(*(source.refresh() for _ in range(5)),
+                                           *(source.requeue([i]) for i in ids),
+                                           *(source.refresh() for _ in range(5)))
+        finally:
+            await source.close()
+        assert sorted(i for done in results[5:25] for i in done) == sorted(ids)
+
+    asyncio.run(scenario())
 
 
 # --- filter ----------------------------------------------------------------------------------------

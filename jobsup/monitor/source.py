@@ -8,6 +8,7 @@ backoff, and until then raises DatabaseUnavailable for the screen to show.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -74,6 +75,9 @@ class Source:
         self._failures = 0
         self._next_attempt = 0.0  # time.monotonic() before which no reconnection is tried
         self._last_error: str | None = None
+        # One conversation at a time: a requeue must not land inside a refresh's pipeline and its
+        # read-only transaction, which share the connection.
+        self._lock = asyncio.Lock()
 
     @property
     def label(self) -> str:
@@ -121,6 +125,10 @@ class Source:
         self._failed(f"lost the connection to {self.label}: {dsns.redact(first)}")
 
     async def _run(self, work):  # -> whatever work returns
+        async with self._lock:
+            return await self._run_alone(work)
+
+    async def _run_alone(self, work):
         conn = await self._connection()
         try:
             return await work(conn)
@@ -183,6 +191,7 @@ class Source:
         return await self._run(work)
 
     async def close(self) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None and not conn.closed:
-            await conn.close()
+        async with self._lock:
+            conn, self._conn = self._conn, None
+            if conn is not None and not conn.closed:
+                await conn.close()
