@@ -6,6 +6,7 @@ Each test gets its own database, cloned from a migrated template, so tests never
 from __future__ import annotations
 
 import itertools
+from contextlib import contextmanager
 import os
 import shutil
 import tempfile
@@ -68,30 +69,49 @@ def template_dsn(server_dsn: str) -> str:
     return dsn
 
 
-@pytest.fixture
-def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
-    """A fresh, migrated database of this test's own."""
-    name = f"jobsup_test_{os.getpid()}_{next(_counter)}"
+@contextmanager
+def scratch_database(server_dsn: str, prefix: str, create: str) -> Iterator[str]:
+    """A database made for one test by `create` (CREATE DATABASE {name} ...), dropped afterwards."""
+    name = f"{prefix}_{os.getpid()}_{next(_counter)}"
     with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY")
+        admin.execute(create.format(name=name))
     try:
         yield with_dbname(server_dsn, name)
     finally:
         with psycopg.connect(server_dsn, autocommit=True) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
+    """A fresh, migrated database of this test's own."""
+    with scratch_database(server_dsn, "jobsup_test",
+                          f"CREATE DATABASE {{name}} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY") as url:
+        yield url
 
 
 @pytest.fixture
 def empty_dsn(server_dsn: str) -> Iterator[str]:
     """A fresh database without the jobsup schema."""
-    name = f"jobsup_empty_{os.getpid()}_{next(_counter)}"
-    with psycopg.connect(server_dsn, autocommit=True) as admin:
-        admin.execute(f"CREATE DATABASE {name}")
-    try:
-        yield with_dbname(server_dsn, name)
-    finally:
-        with psycopg.connect(server_dsn, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    with scratch_database(server_dsn, "jobsup_empty", "CREATE DATABASE {name}") as url:
+        yield url
+
+
+@pytest.fixture
+def start(dsn: str) -> Iterator:
+    """start(*flags, procs=2) runs `jobsup start` on this test's database; all are killed at the end."""
+    from .supervisor_helpers import Supervisor
+
+    started: list[Supervisor] = []
+
+    def _start(*args: str, **kwargs) -> Supervisor:
+        sup = Supervisor(dsn, *args, **kwargs)
+        started.append(sup)
+        return sup
+
+    yield _start
+    for sup in started:
+        sup.close()
 
 
 @pytest.fixture

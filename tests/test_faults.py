@@ -16,20 +16,6 @@ from .helpers import wait_for
 from .supervisor_helpers import Supervisor, alive, enqueue_kinds, make_calls_table, status_counts
 
 
-@pytest.fixture
-def start(dsn):
-    started: list[Supervisor] = []
-
-    def _start(*args: str, **kwargs) -> Supervisor:
-        sup = Supervisor(dsn, *args, **kwargs)
-        started.append(sup)
-        return sup
-
-    yield _start
-    for sup in started:
-        sup.close()
-
-
 def calls(conn) -> dict[int, int]:
     return dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
 
