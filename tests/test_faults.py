@@ -7,6 +7,7 @@ import multiprocessing
 import os
 import signal
 
+import psutil
 import psycopg
 import pytest
 
@@ -90,11 +91,13 @@ def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_job
     first = start("--lease", "1s", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
     wait_for(lambda: len(first.workers()) == 2)
-    workers = first.workers()
+    # The workers, and the fork server and resource tracker multiprocessing started with them.
+    descendants = psutil.Process(first.pid).children(recursive=True)
+    assert len(descendants) >= 3
     os.kill(first.pid, signal.SIGKILL)
     first.process.wait(10)
-    wait_for(lambda: not any(alive(w) for w in workers),
-             timeout=10, message="the workers die with their supervisor")
+    wait_for(lambda: not any(alive(p) for p in descendants),
+             timeout=10, message="every process of the supervisor dies with it")
     conn.execute("UPDATE jobsup.jobs SET payload = '{\"seconds\": 0}'")  # so the second run is quick
     second = start(procs=2)
     wait_for(lambda: done_count(conn) == 2, timeout=20, message="recovered by the second supervisor")
