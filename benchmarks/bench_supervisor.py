@@ -1,0 +1,226 @@
+"""The supervisor benchmark: `jobsup start --procs 8` on a real PostgreSQL, beside plain SQL.
+
+    .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
+
+Each run measures, through one supervisor started with default flags:
+  - 20,000 no-op jobs enqueued in one statement: jobs/s from the enqueue's commit to the last done;
+  - 5,000 jobs that sleep 1 ms: the same;
+  - pickup latency at low load: 200 jobs enqueued one at a time, 20 ms apart, into an idle system,
+    from the enqueuer's commit returning to the handler starting (both clocks are this machine's);
+  - the supervisor's own CPU during the no-op run, as a share of one core and of the machine;
+  - RSS per worker, as the supervisor's heartbeat reports it.
+and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
+queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+from psycopg import conninfo
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from jobsup import embedded, queue  # noqa: E402
+from jobsup.migrate import migrate  # noqa: E402
+
+NOOP_JOBS = 20_000
+SLEEP_JOBS = 5_000
+PICKUP_JOBS = 200
+PICKUP_GAP = 0.020
+PLAIN_JOBS = 20_000
+PLAIN_BATCH = 100
+
+
+def wait(condition, timeout: float, what: str, interval: float = 0.005) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench: gave up waiting for {what}")
+        time.sleep(interval)
+
+
+def done_of(conn: psycopg.Connection, kind: str) -> int:
+    return conn.execute("SELECT coalesce(sum(done), 0) FROM jobsup.kind_totals WHERE kind = %s",
+                        (kind,)).fetchone()[0]
+
+
+def throughput(conn: psycopg.Connection, kind: str, count: int, sup: psutil.Process) -> tuple[float, float]:
+    """Jobs/s for `count` jobs of `kind`, and the supervisor's CPU seconds meanwhile."""
+    before = done_of(conn, kind)
+    cpu0 = sum(sup.cpu_times()[:2])
+    with conn.transaction():
+        queue.enqueue_many(conn, [{"kind": kind}] * count)
+    started = time.perf_counter()
+    wait(lambda: done_of(conn, kind) >= before + count, 300, f"{count} {kind} jobs")
+    elapsed = time.perf_counter() - started
+    return count / elapsed, (sum(sup.cpu_times()[:2]) - cpu0) / elapsed
+
+
+def pickup(dsn: str) -> list[float]:
+    """Milliseconds from each commit to its handler's start."""
+    committed: dict[int, float] = {}
+    with psycopg.connect(dsn) as conn:
+        conn.execute("TRUNCATE bench_pickup")
+        conn.commit()
+        for _ in range(PICKUP_JOBS):
+            job_id = queue.enqueue(conn, "pickup")
+            conn.commit()
+            committed[job_id] = time.time()
+            time.sleep(PICKUP_GAP)
+        wait(lambda: conn.execute("SELECT count(*) FROM bench_pickup").fetchone()[0] == PICKUP_JOBS, 60,
+             "pickups")
+        started = dict(conn.execute("SELECT job_id, started FROM bench_pickup").fetchall())
+    return sorted((started[i] - committed[i]) * 1000 for i in committed)
+
+
+def _plain_worker(dsn: str, barrier, results) -> None:
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        barrier.wait()
+        handled = 0
+        while True:
+            ids = [r[0] for r in conn.execute(
+                "UPDATE bench_plain SET status = 'running', attempts = attempts + 1 WHERE id IN ("
+                " SELECT id FROM bench_plain WHERE status = 'queued' ORDER BY id LIMIT %s"
+                " FOR UPDATE SKIP LOCKED) RETURNING id", (PLAIN_BATCH,), prepare=True).fetchall()]
+            if not ids:
+                break
+            conn.execute("UPDATE bench_plain SET status = 'done' WHERE id = ANY(%s)", (ids,), prepare=True)
+            handled += len(ids)
+        results.put(handled)
+
+
+def plain_sql(dsn: str, procs: int) -> float:
+    """Claim-plus-complete in plain SQL, `procs` processes in batches of PLAIN_BATCH: jobs/s."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP TABLE IF EXISTS bench_plain")
+        conn.execute("CREATE TABLE bench_plain (id bigserial PRIMARY KEY, kind text, payload jsonb,"
+                     " status text, attempts int DEFAULT 0)")
+        conn.execute("CREATE INDEX ON bench_plain (id) WHERE status = 'queued'")
+        conn.execute("INSERT INTO bench_plain (kind, payload, status) "
+                     "SELECT 'noop', '{}', 'queued' FROM generate_series(1, %s)", (PLAIN_JOBS,))
+        conn.execute("VACUUM ANALYZE bench_plain")
+    ctx = multiprocessing.get_context("spawn")
+    barrier, results = ctx.Barrier(procs + 1), ctx.Queue()
+    workers = [ctx.Process(target=_plain_worker, args=(dsn, barrier, results)) for _ in range(procs)]
+    for w in workers:
+        w.start()
+    barrier.wait()
+    started = time.perf_counter()
+    handled = sum(results.get(timeout=300) for _ in workers)
+    elapsed = time.perf_counter() - started
+    for w in workers:
+        w.join()
+    assert handled == PLAIN_JOBS
+    return handled / elapsed
+
+
+def percentile(values: list[float], p: float) -> float:
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def one_run(dsn: str, procs: int) -> dict[str, float]:
+    conn = psycopg.connect(dsn, autocommit=True)
+    conn.execute("TRUNCATE jobsup.jobs, jobsup.kind_totals, jobsup.events")
+    env = {**os.environ, "JOBSUP_BENCH_DSN": dsn, "PYTHONPATH": str(ROOT)}
+    process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
+                                "--app", "examples.bench_app:app", "--log-level", "warning"],
+                               cwd=ROOT, env=env)
+    try:
+        sup = psutil.Process(process.pid)
+
+        def all_idle() -> bool:
+            row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
+            return bool(row) and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
+
+        wait(all_idle, 60, "the workers")
+        noop, cpu = throughput(conn, "noop", NOOP_JOBS, sup)
+        sleep, _ = throughput(conn, "sleep_1ms", SLEEP_JOBS, sup)
+        time.sleep(0.5)  # idle again before the latency run
+        latencies = pickup(dsn)
+        rss = statistics.median(w["rss"] for w in conn.execute("SELECT workers FROM jobsup.supervisors")
+                                .fetchone()[0]) / 2**20
+    finally:
+        process.terminate()
+        process.wait(60)
+        conn.close()
+    plain = plain_sql(dsn, procs)
+    return {
+        "noop_jobs_per_s": noop, "sleep_1ms_jobs_per_s": sleep,
+        "pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95),
+        "pickup_p99_ms": percentile(latencies, 99),
+        "supervisor_cpu_of_one_core": cpu, "supervisor_cpu_of_machine": cpu / (os.cpu_count() or 1),
+        "rss_per_worker_mb": rss, "plain_sql_claim_complete_b100_per_s": plain,
+        "noop_vs_plain_sql": noop / plain,
+    }
+
+
+ROWS = [
+    ("noop_jobs_per_s", "20,000 no-op jobs", "{:,.0f} jobs/s", ">= 10,000"),
+    ("sleep_1ms_jobs_per_s", "5,000 jobs of 1 ms", "{:,.0f} jobs/s", ">= 6,000 (limit 8,000)"),
+    ("pickup_p50_ms", "pickup p50", "{:.2f} ms", "< 2 ms"),
+    ("pickup_p95_ms", "pickup p95", "{:.2f} ms", ""),
+    ("pickup_p99_ms", "pickup p99", "{:.2f} ms", "< 5 ms"),
+    ("supervisor_cpu_of_one_core", "supervisor CPU (no-op run)", "{:.0%} of a core", ""),
+    ("supervisor_cpu_of_machine", "  of the machine", "{:.0%}", ""),
+    ("rss_per_worker_mb", "RSS per worker", "{:.1f} MB", ""),
+    ("plain_sql_claim_complete_b100_per_s", "plain SQL claim+complete, 8 procs, batch 100",
+     "{:,.0f} jobs/s", ""),
+    ("noop_vs_plain_sql", "no-op through jobsup / plain SQL", "{:.2f}", ""),
+]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dsn", help="server to use (default: an embedded one in a temporary directory)")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--procs", type=int, default=8)
+    parser.add_argument("--json", help="also write the figures to this file")
+    args = parser.parse_args()
+
+    tmp = None
+    server = args.dsn
+    if server is None:
+        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
+        server = embedded.ensure_running(tmp / "pgdata")
+    try:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_supervisor WITH (FORCE)")
+            admin.execute("CREATE DATABASE jobsup_bench_supervisor")
+        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_supervisor")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+            conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
+        runs = []
+        for number in range(1, args.runs + 1):
+            runs.append(one_run(dsn, args.procs))
+            print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
+        medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
+              f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+        for key, label, fmt, target in ROWS:
+            print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+        if args.json:
+            Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
+    finally:
+        if tmp is not None:
+            embedded.stop(tmp / "pgdata")
+            shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
