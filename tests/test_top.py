@@ -27,6 +27,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from jobsup import queue
+from jobsup.errors import JobsupError
 from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
@@ -273,8 +274,8 @@ def test_read_only_refuses_to_requeue(conn, dsn):
             with pytest.raises(ReadOnly):
                 await app.source.requeue([job_id])
             # Even the connection itself cannot write.
-            with pytest.raises(psycopg.errors.ReadOnlySqlTransaction):
-                await app.source._conn.execute("UPDATE jobsup.jobs SET status = 'queued'")
+            with pytest.raises(JobsupError, match="read-only transaction"):
+                await app.source._run(lambda c: c.execute("UPDATE jobsup.jobs SET status = 'queued'"))
             assert status(conn, job_id) == "dead"
 
             await pilot.press("question_mark")
