@@ -14,6 +14,8 @@ import asyncio
 import io
 import json
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -33,7 +35,7 @@ from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
 
-from .helpers import jobsup
+from .helpers import ROOT, jobsup
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE_SNAPSHOTS = os.environ.get("JOBSUP_UPDATE_SNAPSHOTS") == "1"
@@ -377,6 +379,15 @@ def test_a_bad_dsn_is_one_clear_message(tmp_path, empty_dsn):
     assert "s3cret" not in result.stderr and len(result.stderr.strip().splitlines()) == 1
     result = jobsup("top", "--dsn", empty_dsn)
     assert result.returncode == 1 and "run `jobsup migrate`" in result.stderr
+
+
+def test_the_data_source_needs_no_textual_and_the_console_no_supervisor():
+    check = ("import sys, jobsup.monitor.source, jobsup.monitor.figures; "
+             "assert 'textual' not in sys.modules, 'the data source imported textual'; "
+             "import jobsup.monitor.app, jobsup.monitor.cli; "
+             "assert not [m for m in sys.modules if m.startswith('jobsup.supervisor')], 'imported the supervisor'")
+    result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
+    assert result.returncode == 0, result.stderr
 
 
 # --- the whole screen, fixed -------------------------------------------------------------------------

@@ -201,7 +201,7 @@ class TopApp(App[None]):
             return
         self.main.query_one("#headline", Static).update(self._headline(self.figures, view))
         for panel in self.main.query(Panel):
-            panel.show(self.figures, view)
+            panel.update(self.figures, view)
         self.main.query_one(ThroughputPanel).show_rates(self.throughput)
 
     def _clock(self) -> str:

@@ -116,6 +116,16 @@ class Panel(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = self.TITLE
+        self._shown: tuple[Figures, View] | None = None
+
+    def update(self, figures: Figures, view: View) -> None:
+        self._shown = (figures, view)
+        self.show(figures, view)
+
+    def on_resize(self) -> None:
+        # Text is cut to the panel's width: a new width (the first layout, a resized terminal) redraws.
+        if self._shown is not None:
+            self.show(*self._shown)
 
     def show(self, figures: Figures, view: View) -> None:
         raise NotImplementedError
