@@ -97,8 +97,12 @@ def _enqueue_many_op(specs: Sequence[JobSpec]) -> _Op:
         "queues": [s.queue for s in specs], "kinds": [s.kind for s in specs],
         "payloads": [s.encoded_payload() for s in specs], "priorities": [s.priority for s in specs],
         "run_ats": [s.run_at for s in specs], "delays": [float(s.delay) for s in specs],
-        "max_attempts": [s.max_attempts for s in specs], "unique_keys": [s.unique_key for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
     }
+    if all(s.unique_key is None for s in specs):
+        # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.
+        return _Op("enqueue_many_unkeyed", params, _ids)
+    params["unique_keys"] = [s.unique_key for s in specs]
 
     def parse(rows: list[tuple]) -> list[int | None]:
         # Rows go in in input order, so ascending ids match the inserted inputs in order. An input was
