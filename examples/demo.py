@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from jobsup import dsn as dsns, embedded  # noqa: E402
+from jobsup import JobsupError, dsn as dsns, embedded  # noqa: E402
 from examples.demo_app import app  # noqa: E402
 
 PROCS = 8
@@ -84,14 +84,34 @@ def feed(dsn: str, stop: threading.Event, log) -> None:
 QUIET = "ignore::UserWarning:platformdirs.api"
 
 
+def say(message: str, error: bool = False) -> None:
+    """Print, unless the terminal is gone (after SIGHUP): the clean-up must not stop at a print."""
+    try:
+        print(message, file=sys.stderr if error else sys.stdout, flush=True)
+    except OSError:
+        pass
+
+
+def _leave(signum: int, frame: object) -> None:
+    # The terminal went away (SIGHUP) or someone asked the demo to stop: leave through main's finally,
+    # which stops what the demo started. Raising here is safe: the main thread only waits for a child.
+    raise SystemExit(128 + signum)
+
+
 def main() -> int:
+    signal.signal(signal.SIGHUP, _leave)
+    signal.signal(signal.SIGTERM, _leave)
     warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
     env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
            "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET]))}
     named = os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
     data_dir = embedded.data_dir_from(None)
     started_db = not named and embedded.running_dsn(data_dir) is None
-    dsn = dsns.resolve(None, None)  # starts the embedded server when nothing names one
+    try:
+        dsn = dsns.resolve(None, None)  # starts the embedded server when nothing names one
+    except JobsupError as exc:
+        say(f"demo: {exc}", error=True)
+        return 1
     where = dsns.redact(dsn)
     logs = Path(tempfile.gettempdir()) / "jobsup-demo"
     logs.mkdir(exist_ok=True)
@@ -100,7 +120,9 @@ def main() -> int:
     stop = threading.Event()
     feeder = None
     try:
-        subprocess.run(jobsup("migrate"), env=env, cwd=ROOT, check=True)
+        if subprocess.run(jobsup("migrate"), env=env, cwd=ROOT).returncode:
+            say("demo: `jobsup migrate` failed (see above)", error=True)
+            return 1
         with open(log_path, "w") as log:
             # Its own session: a Ctrl-C at the terminal is the console's to handle, not the supervisor's.
             supervisor = subprocess.Popen(
@@ -110,29 +132,31 @@ def main() -> int:
         feed_log = open(logs / "feed.log", "w")
         feeder = threading.Thread(target=feed, args=(dsn, stop, feed_log), name="feed", daemon=True)
         feeder.start()
-        print(f"database {where}; supervisor pid {supervisor.pid}, log {log_path}; opening jobsup top…")
+        say(f"database {where}; supervisor pid {supervisor.pid}, log {log_path}; opening jobsup top…")
         top = subprocess.run(jobsup("top"), env=env, cwd=ROOT)
         return top.returncode
     except KeyboardInterrupt:
         return 130
     finally:
+        for signum in (signal.SIGHUP, signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, signal.SIG_IGN)  # the clean-up below runs to its end
         stop.set()
         if feeder is not None:
             feeder.join(timeout=10)
         if supervisor is not None:
-            print(f"stopping the supervisor (pid {supervisor.pid})…")
+            say(f"stopping the supervisor (pid {supervisor.pid})…")
             if supervisor.poll() is None:
                 supervisor.send_signal(signal.SIGTERM)
             try:
                 supervisor.wait(timeout=STOP_WAIT)
             except subprocess.TimeoutExpired:
-                print(f"the supervisor did not stop within {STOP_WAIT:g}s: killing it", file=sys.stderr)
+                say(f"the supervisor did not stop within {STOP_WAIT:g}s: killing it", error=True)
                 os.killpg(supervisor.pid, signal.SIGKILL)
                 supervisor.wait()
-            print(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
+            say(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
         if started_db:
             embedded.stop(data_dir)
-            print(f"stopped the embedded PostgreSQL in {data_dir}")
+            say(f"stopped the embedded PostgreSQL in {data_dir}")
 
 
 if __name__ == "__main__":

@@ -32,7 +32,10 @@ KEYS: list[Binding] = [
     Binding("r", "requeue", "Requeue", tooltip="requeue the selected dead job"),
     Binding("R", "requeue_scope", "Requeue all…",
             tooltip="requeue every dead job of the selected kind or error group (asks first)"),
-    Binding("slash", "filter", "Filter", tooltip="show only a kind or queue whose name contains the text"),
+    # A priority binding runs as the key arrives, before the keys typed after it are handed to the
+    # widget that has the focus now: so "/email" typed fast lands in the filter whole.
+    Binding("slash", "filter", "Filter", priority=True,
+            tooltip="show only a kind or queue whose name contains the text"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
@@ -248,6 +251,8 @@ class TopApp(App[None]):
             return not self.read_only
         if action == "refuse":
             return self.read_only
+        if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
+            return self.screen is self.main and not isinstance(self.focused, Input)
         return True
 
     def action_refuse(self) -> None:
@@ -315,7 +320,8 @@ class TopApp(App[None]):
         box = self.main.query_one(FilterInput)
         box.add_class("-shown")
         box.value = self.match or ""
-        box.focus()
+        # At once, not after a refresh as focus() does: keys typed right after / belong to the filter.
+        self.main.set_focus(box)
 
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
