@@ -5,8 +5,9 @@
 Each run measures, through one supervisor started with default flags:
   - 20,000 no-op jobs enqueued in one statement: jobs/s from the enqueue's commit to the last done;
   - 5,000 jobs that sleep 1 ms: the same;
-  - pickup latency at low load: 200 jobs enqueued one at a time, 20 ms apart, into an idle system,
-    from the enqueuer's commit returning to the handler starting (both clocks are this machine's);
+  - pickup latency at low load: 200 jobs enqueued one at a time, 20 ms apart, into an idle system
+    (after 30 unmeasured ones), from the enqueuer's commit returning to the handler starting (both
+    clocks are this machine's);
   - the supervisor's own CPU during the no-op run, as a share of one core and of the machine;
   - RSS per worker, as the supervisor's heartbeat reports it.
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
@@ -41,6 +42,7 @@ NOOP_JOBS = 20_000
 SLEEP_JOBS = 5_000
 PICKUP_JOBS = 200
 PICKUP_GAP = 0.020
+PICKUP_WARMUP = 30
 PLAIN_JOBS = 20_000
 PLAIN_BATCH = 100
 
@@ -71,9 +73,16 @@ def throughput(conn: psycopg.Connection, kind: str, count: int, sup: psutil.Proc
 
 
 def pickup(dsn: str) -> list[float]:
-    """Milliseconds from each commit to its handler's start."""
+    """Milliseconds from each commit to its handler's start, after a few unmeasured jobs that let every
+    connection prepare its statements and every worker open its connection."""
     committed: dict[int, float] = {}
     with psycopg.connect(dsn) as conn:
+        for _ in range(PICKUP_WARMUP):
+            queue.enqueue(conn, "pickup")
+            conn.commit()
+            time.sleep(PICKUP_GAP)
+        wait(lambda: conn.execute("SELECT count(*) FROM bench_pickup").fetchone()[0] == PICKUP_WARMUP, 60,
+             "warm-up pickups")
         conn.execute("TRUNCATE bench_pickup")
         conn.commit()
         for _ in range(PICKUP_JOBS):
@@ -136,9 +145,9 @@ def one_run(dsn: str, procs: int) -> dict[str, float]:
     conn = psycopg.connect(dsn, autocommit=True)
     conn.execute("TRUNCATE jobsup.jobs, jobsup.kind_totals, jobsup.events")
     env = {**os.environ, "JOBSUP_BENCH_DSN": dsn, "PYTHONPATH": str(ROOT)}
+    log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-", suffix=".log", delete=False)
     process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                "--app", "examples.bench_app:app", "--log-level", "warning"],
-                               cwd=ROOT, env=env)
+                                "--app", "examples.bench_app:app"], cwd=ROOT, env=env, stderr=log)
     try:
         sup = psutil.Process(process.pid)
 
@@ -147,12 +156,16 @@ def one_run(dsn: str, procs: int) -> dict[str, float]:
             return bool(row) and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
 
         wait(all_idle, 60, "the workers")
+        # Latency first, on an idle system: after the throughput runs, autovacuum of their dead rows
+        # would compete with it.
+        latencies = pickup(dsn)
         noop, cpu = throughput(conn, "noop", NOOP_JOBS, sup)
         sleep, _ = throughput(conn, "sleep_1ms", SLEEP_JOBS, sup)
-        time.sleep(0.5)  # idle again before the latency run
-        latencies = pickup(dsn)
         rss = statistics.median(w["rss"] for w in conn.execute("SELECT workers FROM jobsup.supervisors")
                                 .fetchone()[0]) / 2**20
+    except BaseException:
+        print(f"bench: the supervisor's log is {log.name}", file=sys.stderr)
+        raise
     finally:
         process.terminate()
         process.wait(60)

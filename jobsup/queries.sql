@@ -63,19 +63,15 @@ WHERE j.id = picked.id
 RETURNING j.id, j.kind, j.queue, j.payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at
 
 -- name: complete
--- Rows are found by primary key from the ids given, then checked against the fence. The fence's status
--- is `(SELECT 'running')`, not the bare constant: a constant lets the planner answer it from the partial
--- index of running jobs, which it believes nearly empty whenever statistics were taken with few jobs
--- running (as just after a burst was enqueued), and it then reads every running job of every
--- supervisor, heap row and all, for each write. In an InitPlan the value is unknown when the plan is
--- made, so that index cannot serve it. (Adding `j.id = ANY(ids)` would look cheaper still, but its
--- generic plan, which a prepared statement soon uses, compares every id with every row: quadratic.)
+-- `j.id = ANY(ids)` bounds every plan by the ids given: whatever the statistics say (a supervisor's
+-- fresh locked_by has none, and estimates multiply to "one row"), the planner cannot pick a plan that
+-- reads the table once per outcome. With it, the worst plan compares each given id with each other.
 WITH done AS (
     UPDATE jobsup.jobs j
     SET status = 'done', done_at = now(), locked_until = NULL
     FROM unnest(%(ids)b::bigint[], %(attempts)b::int[]) AS o(id, attempt)
-    WHERE j.id = o.id AND j.attempts = o.attempt
-      AND j.status = (SELECT 'running'::text) AND j.locked_by = %(locked_by)s
+    WHERE j.id = ANY(%(ids)b::bigint[]) AND j.id = o.id AND j.attempts = o.attempt
+      AND j.status = 'running' AND j.locked_by = %(locked_by)s
     RETURNING j.id, j.kind
 ), totals AS (
     INSERT INTO jobsup.kind_totals AS t (kind, slot, done)
@@ -104,7 +100,8 @@ WITH failed AS (
             'by', %(locked_by)s))
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[], %(tracebacks)s::text[])
          AS o(id, attempt, error, traceback)
-    WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
+      AND j.status = 'running' AND j.locked_by = %(locked_by)s
     RETURNING j.id, j.kind, j.status, j.run_at
 ), totals AS (
     INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead)
@@ -126,7 +123,8 @@ WITH released AS (
                                'attempt', j.attempts, 'at', now(), 'error', o.reason, 'by', %(locked_by)s))
                  END
     FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(reasons)s::text[]) AS o(id, attempt, reason)
-    WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
+      AND j.status = 'running' AND j.locked_by = %(locked_by)s
     RETURNING j.id, j.queue
 )
 -- PostgreSQL folds identical notifications of one transaction into one: one per queue.
@@ -136,7 +134,8 @@ SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) 
 UPDATE jobsup.jobs j
 SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS o(id, attempt)
-WHERE j.id = o.id AND j.attempts = o.attempt AND j.status = 'running' AND j.locked_by = %(locked_by)s
+WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
+  AND j.status = 'running' AND j.locked_by = %(locked_by)s
 RETURNING j.id
 
 -- name: reap
@@ -367,10 +366,3 @@ SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) 
 
 -- name: listen
 LISTEN jobsup
-
--- name: claims_session
--- The supervisor's claiming connection does not wait for the WAL flush of its claims: that flush is
--- most of a pickup's latency on a real disk. A server crash can then forget claims of its last
--- moments, and those jobs run again: at-least-once, as ever. Outcome writes stay synchronous, and
--- their flush makes every earlier claim durable too.
-SET synchronous_commit = off

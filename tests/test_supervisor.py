@@ -206,9 +206,9 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
     first = queue.enqueue(conn, "ok", delay=0.3)
     second = queue.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
-    wait_for(lambda: status_counts(conn).get("done") == 2, timeout=5, message="both delayed jobs done")
+    wait_for(lambda: status_counts(conn).get("done") == 2, timeout=15, message="both delayed jobs done")
     late = dict(conn.execute("SELECT id, extract(epoch FROM started_at - run_at) FROM jobsup.jobs").fetchall())
-    assert 0 <= late[first] < 1 and 0 <= late[second] < 1, late
+    assert 0 <= late[first] < 2 and 0 <= late[second] < 2, late  # the poll would be up to 30 s late
 
 
 def test_json_logs_are_one_object_per_line_with_an_action(conn, start):

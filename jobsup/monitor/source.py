@@ -94,7 +94,8 @@ class Source:
             return self._conn
         if time.monotonic() < self._next_attempt and self._last_error:
             raise DatabaseUnavailable(self._last_error)
-        options = f"-c statement_timeout={STATEMENT_TIMEOUT_MS}"
+        # Custom plans: a generic plan cached while the queue was empty would serve it full too.
+        options = f"-c statement_timeout={STATEMENT_TIMEOUT_MS} -c plan_cache_mode=force_custom_plan"
         if self.read_only:
             # Belt and braces: even a bug in the console cannot write through this connection.
             options += " -c default_transaction_read_only=on"

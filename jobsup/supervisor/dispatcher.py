@@ -34,6 +34,9 @@ RATE_SMOOTHING = 0.3
 # and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
 SHORT_JOB = 0.002
 HANDOUT_MAX = 8
+# Most outcomes one statement writes: after a stall, a backlog of outcomes goes in several statements of
+# a bounded cost rather than one that holds every row lock for as long as it runs.
+WRITE_MAX = 1000
 # Future run_at times remembered to wake for (retries, delayed jobs); beyond these the poll finds them.
 KNOWN_RUN_ATS = 10_000
 
@@ -278,12 +281,17 @@ class Dispatcher:
             self.release_buffer[:0] = releases
 
     async def _write_done(self, done: list[Job], deadline: float | None) -> None:
-        pairs = [(j.id, j.attempts) for j in done]
-        written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
-        self.jobs_done += len(written)
-        self._forget(done, written, "done")
+        for chunk in _chunks(done):
+            pairs = [(j.id, j.attempts) for j in chunk]
+            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
+            self.jobs_done += len(written)
+            self._forget(chunk, written, "done")
 
     async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:
+        for chunk in _chunks(failures):
+            await self._write_failure_chunk(chunk, deadline)
+
+    async def _write_failure_chunk(self, failures: list[Failure], deadline: float | None) -> None:
         outcomes = await self.writes.run(lambda c: queue.afail(
             c, failures, self.id, backoff_base=self.config.backoff_base,
             backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
@@ -300,14 +308,16 @@ class Dispatcher:
         self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")
 
     async def _write_releases(self, releases: list[tuple[Job, str | None]], deadline: float | None) -> None:
-        pairs = [(j.id, j.attempts) for j, _ in releases]
-        reasons = [reason for _, reason in releases]
-        written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons), deadline=deadline)
-        for job, reason in releases:
-            if reason is not None:
-                self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                         reason=reason)
-        self._forget([j for j, _ in releases], written, "released")
+        for chunk in _chunks(releases):
+            pairs = [(j.id, j.attempts) for j, _ in chunk]
+            reasons = [reason for _, reason in chunk]
+            written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons),
+                                            deadline=deadline)
+            for job, reason in chunk:
+                if reason is not None:
+                    self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
+                             reason=reason)
+            self._forget([j for j, _ in chunk], written, "released")
 
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)
@@ -357,3 +367,11 @@ class Dispatcher:
     def running(self) -> list[Job]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
         return [job for w in self.keeper.all_processes() for job in w.jobs]
+
+
+def _chunks(items: list, size: int = WRITE_MAX) -> list[list]:
+    """
+    >>> _chunks([1, 2, 3], 2)
+    [[1, 2], [3]]
+    """
+    return [items[i:i + size] for i in range(0, len(items), size)]

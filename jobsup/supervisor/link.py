@@ -25,11 +25,12 @@ LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class Link:
-    def __init__(self, dsn: str, name: str, log: EventLog, *, setup: str | None = None) -> None:
+    def __init__(self, dsn: str, name: str, log: EventLog, settings: dict[str, str]) -> None:
         self.dsn = dsn
         self.name = name
         self.log = log
-        self.setup = setup  # a statement run on every new connection
+        # Server settings of every connection this link opens, sent with the connection request.
+        self.options = " ".join(f"-c {key}={value}" for key, value in settings.items())
         self.conn: psycopg.AsyncConnection | None = None
         self.lost = False  # the previous connection broke; cleared by the next successful connect
         self.reconnects = 0
@@ -45,9 +46,8 @@ class Link:
         while True:
             try:
                 self.conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}")
-                if self.setup:
-                    await self.conn.execute(self.setup)
+                    self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}",
+                    options=self.options)
                 self.failed_tries = 0
                 if self.lost:
                     self.lost = False
