@@ -144,3 +144,19 @@ def sup_dsn(server_dsn: str, name: str) -> str:
     from psycopg import conninfo
 
     return conninfo.make_conninfo(server_dsn, dbname=name)
+
+
+def test_a_table_that_grows_a_thousandfold_under_stale_statistics_keeps_its_leases(conn, start):
+    # A table never analyzed, statements prepared while it was tiny (psycopg prepares after five runs),
+    # and a supervisor whose locked_by no statistics have seen: the plans that once read the whole
+    # table per outcome written.
+    sup = start("--lease", "2s", procs=4)
+    sup.wait_ready()
+    for n in range(1, 41):
+        queue.enqueue(conn, "ok")
+        wait_for(lambda: done_count(conn) == n, message=f"job {n}")
+    enqueue_kinds(conn, ["ok"] * 20_000)
+    wait_for(lambda: done_count(conn) == 20_040, timeout=90, message="20,000 more")
+    log = sup.log()
+    assert "lease.lost" not in log and "reaped" not in log, log[-2000:]
+    assert {r[0] for r in conn.execute("SELECT attempts FROM jobsup.jobs")} == {1}
