@@ -77,6 +77,8 @@ def pickup(dsn: str) -> list[float]:
     connection prepare its statements and every worker open its connection."""
     committed: dict[int, float] = {}
     with psycopg.connect(dsn) as conn:
+        conn.execute("TRUNCATE bench_pickup")  # the rows of an earlier run
+        conn.commit()
         for _ in range(PICKUP_WARMUP):
             queue.enqueue(conn, "pickup")
             conn.commit()
