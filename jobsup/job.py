@@ -7,7 +7,7 @@ import os
 import re
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from .errors import BadInput, PayloadTooLarge
 
@@ -20,9 +20,13 @@ DEFAULT_MAX_ATTEMPTS = 3
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
 
 
-@dataclass(frozen=True, slots=True)
-class Job:
-    """A claimed job as its handler sees it. `attempts` is 1 on the first run."""
+class Job(NamedTuple):
+    """A claimed job as its handler sees it. `attempts` is 1 on the first run.
+
+    A named tuple rather than a frozen dataclass: as immutable, and built in a quarter of the time,
+    which counts when a supervisor builds thousands a second (the claim returns its columns in this
+    order, so a row becomes a Job as it is).
+    """
 
     id: int
     kind: str

@@ -60,7 +60,8 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
     locked_until = now() + make_interval(secs => %(lease)s::float8), started_at = now()
 FROM picked
 WHERE j.id = picked.id
-RETURNING j.id, j.kind, j.queue, j.payload, j.priority, j.attempts, j.max_attempts, j.run_at, j.created_at
+-- The columns of jobsup.job.Job, in its order.
+RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at
 
 -- name: complete
 -- `j.id = ANY(ids)` bounds every plan by the ids given: whatever the statistics say (a supervisor's

@@ -151,9 +151,8 @@ async def aenqueue_many(conn: psycopg.AsyncConnection,
 
 def _claim_op(queues: Sequence[str], limit: int, locked_by: str, lease: float) -> _Op:
     def parse(rows: list[tuple]) -> list[Job]:
-        jobs = [Job(id=r[0], kind=r[1], queue=r[2], payload=r[3], priority=r[4], attempts=r[5],
-                    max_attempts=r[6], run_at=r[7], created_at=r[8]) for r in rows]
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))
+        jobs = [Job(*row) for row in rows]
+        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))  # UPDATE ... RETURNING keeps no order
         return jobs
 
     return _Op("claim", {"queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease}, parse)

@@ -361,7 +361,7 @@ class Dispatcher:
             lost_ids = {j.id for j in lost}
             self.prefetched = deque(j for j in self.prefetched if j.id not in lost_ids)
             for job in lost:
-                if not any(job in w.jobs for w in self.keeper.all_processes()):
+                if not any(j.id == job.id for w in self.keeper.all_processes() for j in w.jobs):
                     self.held.pop(job.id, None)
 
     def running(self) -> list[Job]:
