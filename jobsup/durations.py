@@ -26,18 +26,19 @@ def parse_duration(text: str | float | int) -> float:
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
 
 
-def format_duration(seconds: float | None) -> str:
-    """A short human reading of `seconds`.
+def format_age(seconds: float | None) -> str:
+    """A compact age or duration, as `jobsup stats` and the console show them.
 
-    >>> format_duration(0.0042), format_duration(3.2), format_duration(95), format_duration(7300), format_duration(None)
-    ('4ms', '3.2s', '1m35s', '2h01m', '-')
+    >>> [format_age(s) for s in (None, 0.2, 4.25, 59.9, 61, 3599, 3600 * 5 + 60 * 7, 86400 * 3 + 3600 * 2)]
+    ['-', '0.2s', '4.2s', '59.9s', '1m01s', '59m59s', '5h07m', '3d02h']
     """
     if seconds is None:
         return "-"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
+    seconds = max(0.0, seconds)
     if seconds < 60:
-        return f"{seconds:.1f}s"
+        return f"{int(seconds * 10) / 10:.1f}s"
     if seconds < 3600:
         return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    if seconds < 86400:
+        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
+    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"

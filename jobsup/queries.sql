@@ -232,18 +232,6 @@ SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age
 FROM jobsup.jobs WHERE status = 'queued' AND run_at <= now()
 GROUP BY queue ORDER BY queue
 
--- name: dead_jobs
-SELECT id, kind, queue, attempts, max_attempts, done_at, last_error
-FROM jobsup.jobs WHERE status = 'dead'
-ORDER BY done_at DESC
-LIMIT %(limit)s
-
--- name: dead_groups
-SELECT kind, last_error, count(*) AS count, max(done_at) AS last_at
-FROM jobsup.jobs WHERE status = 'dead'
-GROUP BY kind, last_error ORDER BY count(*) DESC, kind
-LIMIT %(limit)s
-
 -- name: expiring_leases
 SELECT id, kind, locked_by, attempts, extract(epoch FROM locked_until - now())::float8 AS remaining
 FROM jobsup.jobs WHERE status = 'running'
@@ -321,7 +309,8 @@ SELECT coalesce(max(version), 0) FROM jobsup.migrations
 -- name: console_clock
 SELECT now() AS now
 
--- name: console_dead_jobs
+-- name: dead_jobs
+-- The newest dead jobs, narrowed by %(match)s as the console section says (NULL: all of them).
 SELECT id, kind, queue, attempts, max_attempts, done_at, last_error
 FROM jobsup.jobs
 WHERE status = 'dead'
@@ -330,7 +319,7 @@ WHERE status = 'dead'
 ORDER BY done_at DESC, id DESC
 LIMIT %(limit)s
 
--- name: console_dead_groups
+-- name: dead_groups
 -- Dead jobs by kind and exact last error, so "412 x email: SMTP timeout" is one row; the largest first.
 SELECT kind, last_error, count(*) AS count, max(done_at) AS last_at
 FROM jobsup.jobs

@@ -5,7 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .durations import format_duration
+from .durations import format_age
 from .visibility import Snapshot
 
 _COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
@@ -27,7 +27,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     oldest.add_column("queue")
     oldest.add_column("age", justify="right")
     for queue, age in snap.oldest_ready.items():
-        oldest.add_row(queue, format_duration(age))
+        oldest.add_row(queue, format_age(age))
     if not snap.oldest_ready:
         oldest.add_row("(no ready jobs)", "-")
     console.print(oldest)

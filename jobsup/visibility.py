@@ -64,7 +64,8 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 def _queries(dead_limit: int, event_limit: int) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
-        ("dead_jobs", {"limit": dead_limit}), ("dead_groups", {"limit": dead_limit}),
+        ("dead_jobs", {"limit": dead_limit, "match": None}),
+        ("dead_groups", {"limit": dead_limit, "match": None}),
         ("supervisors", {}), ("recent_events", {"limit": event_limit}),
     ]
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from ..durations import format_age as age  # one format for ages, here and in jobsup stats
+
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
 # A supervisor writes its row every second; three missed beats (and some slack) means it is stale.
@@ -327,24 +329,6 @@ def count(n: int | None) -> str:
     ('1,234,567', '0', '-')
     """
     return "-" if n is None else f"{n:,}"
-
-
-def age(seconds: float | None) -> str:
-    """A compact age: what fits in a narrow column.
-
-    >>> [age(s) for s in (None, 0.2, 4.25, 59.9, 61, 3599, 3600 * 5 + 60 * 7, 86400 * 3 + 3600 * 2)]
-    ['-', '0.2s', '4.2s', '59.9s', '1m01s', '59m59s', '5h07m', '3d02h']
-    """
-    if seconds is None:
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{int(seconds * 10) / 10:.1f}s"
-    if seconds < 3600:
-        return f"{int(seconds // 60)}m{int(seconds % 60):02d}s"
-    if seconds < 86400:
-        return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
-    return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
 
 
 def since(moment: datetime | None, now: datetime) -> float | None:
