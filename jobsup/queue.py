@@ -50,16 +50,18 @@ class _Op:
     parse: Callable[[list[tuple]], Any]
 
 
+# Every statement run here returns rows (RETURNING or SELECT), so they are fetched without asking for
+# cur.description, which builds column objects: about 9 µs a statement.
 def _run(conn: psycopg.Connection, op: _Op) -> Any:
     with conn.cursor() as cur:
         cur.execute(SQL[op.name], op.params)
-        return op.parse(cur.fetchall() if cur.description else [])
+        return op.parse(cur.fetchall())
 
 
 async def _arun(conn: psycopg.AsyncConnection, op: _Op) -> Any:
     async with conn.cursor() as cur:
         await cur.execute(SQL[op.name], op.params)
-        return op.parse(await cur.fetchall() if cur.description else [])
+        return op.parse(await cur.fetchall())
 
 
 def _ids(rows: list[tuple]) -> list[int]:
