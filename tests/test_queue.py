@@ -614,3 +614,18 @@ def test_app_enqueue_uses_handler_defaults(conn):
         app.enqueue(conn, "email", nonsense=1)
     with pytest.raises(BadInput):
         app.handler("email")
+
+
+def test_expiring_leases_and_the_attempts_histogram(conn):
+    from jobsup.visibility import rows
+
+    queue.enqueue_many(conn, [{"kind": "a"}, {"kind": "b"}, {"kind": "c"}])
+    [first] = queue.claim(conn, ["default"], 1, "sup-a", 5)
+    [second] = queue.claim(conn, ["default"], 1, "sup-b", 60)
+    leases = rows(conn, "expiring_leases", limit=10)
+    assert [r["id"] for r in leases] == [first.id, second.id]  # soonest first
+    assert [r["locked_by"] for r in leases] == ["sup-a", "sup-b"]
+    assert 0 < leases[0]["remaining"] <= 5 < leases[1]["remaining"] <= 60
+    queue.fail(conn, [queue.Failure(first.id, 1, "boom")], "sup-a")
+    histogram = {(r["status"], r["attempts"]): r["count"] for r in rows(conn, "attempts_histogram")}
+    assert histogram == {("queued", 0): 1, ("queued", 1): 1, ("running", 1): 1}
