@@ -63,6 +63,11 @@ class Config:
                 raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
         if not 0 <= self.backoff_jitter <= 1:
             raise BadInput("--backoff-jitter is a fraction between 0 and 1")
+        # argparse checks the choices of a flag, not of a JOBSUP_* variable standing in for it.
+        if self.log_format not in ("text", "json"):
+            raise BadInput(f"JOBSUP_LOG_FORMAT must be text or json, not {self.log_format!r}")
+        if self.log_level not in ("debug", "info", "warning", "error"):
+            raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
 
     def with_(self, **changes: object) -> Config:
         return replace(self, **changes)  # type: ignore[arg-type]
