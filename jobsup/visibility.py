@@ -20,7 +20,7 @@ from .sql import STATEMENTS as SQL
 class KindCounts:
     kind: str
     ready: int = 0
-    scheduled: int = 0
+    scheduled: int = 0  # queued with a future run_at
     running: int = 0
     done: int = 0  # ever
     failed: int = 0  # failed attempts, ever

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..durations import format_age as age  # one format for ages, here and in jobsup stats
+from ..visibility import KindCounts
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
@@ -28,15 +29,10 @@ COUNT_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
 
 
 @dataclass(frozen=True)
-class KindRow:
-    kind: str
-    ready: int = 0
-    scheduled: int = 0  # queued with a future run_at
-    running: int = 0
-    done: int = 0  # ever
-    failed: int = 0  # failed attempts, ever
-    dead: int = 0  # dead now
-    queues: tuple[str, ...] = ()  # queues holding live jobs of this kind
+class KindRow(KindCounts):
+    """The counts `jobsup stats` shows for a kind, and the queues holding its live jobs."""
+
+    queues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
