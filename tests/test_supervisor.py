@@ -145,7 +145,7 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
     assert sup.process.wait(20) == 0
     rows = dict(conn.execute("SELECT id, status FROM jobsup.jobs").fetchall())
     done = [i for i in ids if rows[i] == "done"]
-    assert len(done) == 2
+    assert len(done) == 2, sup.log()
     assert all(rows[i] == "queued" for i in ids if i not in done)
     attempts = dict(conn.execute("SELECT id, attempts FROM jobsup.jobs WHERE status = 'queued'").fetchall())
     assert set(attempts.values()) == {0}  # handed back without losing an attempt

@@ -176,8 +176,11 @@ class Dispatcher:
         next_poll = loop.time() + self.config.poll_interval
         while not self.stopping:
             want = self.capacity()
-            # With jobs still prefetched, wait until a claim can take a good share of what is wanted.
-            threshold = max(1, (self.config.procs + self.prefetch()) // 2) if self.prefetched else 1
+            # Short jobs with some still prefetched: wait until a claim can take a good share of what
+            # is wanted, rather than spend a commit on one or two. Slower jobs top the prefetch up at once.
+            threshold = 1
+            if self.prefetched and self.duration < SHORT_JOB:
+                threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
                 jobs = await self._claim(want)
                 next_poll = loop.time() + self.config.poll_interval
