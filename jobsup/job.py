@@ -63,13 +63,11 @@ class JobSpec:
         if "\\u0000" in text and _NUL_ESCAPE.search(text):
             raise BadInput(f"payload of a {self.kind!r} job holds a NUL character (\\u0000), "
                            "which PostgreSQL cannot store in jsonb")
-        if len(text) > limit:  # bytes >= characters, so check the cheap bound first
-            size = len(text.encode())
-            if size > limit:
-                raise PayloadTooLarge(
-                    f"payload of a {self.kind!r} job is {size} bytes, over the limit of {limit} "
-                    "(JOBSUP_MAX_PAYLOAD)"
-                )
+        if len(text) > limit:  # json.dumps escapes non-ASCII, so characters are bytes
+            raise PayloadTooLarge(
+                f"payload of a {self.kind!r} job is {len(text)} bytes, over the limit of {limit} "
+                "(JOBSUP_MAX_PAYLOAD)"
+            )
         return text
 
     def validate(self) -> None:

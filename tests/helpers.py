@@ -8,7 +8,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -26,6 +26,19 @@ def wait_for(condition: Callable[[], T], timeout: float = 15.0, interval: float 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {value!r})")
         time.sleep(interval)
+
+
+async def wait_for_async(condition: Callable[[], T], pause: Callable[[float], Any], timeout: float = 15.0,
+                         interval: float = 0.02, message: str = "condition") -> T:
+    """wait_for for a test that runs in an event loop: `pause` (such as a Pilot's) yields to it."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {value!r})")
+        await pause(interval)
 
 
 def cli_env(**extra: str) -> dict[str, str]:

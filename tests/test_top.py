@@ -35,7 +35,7 @@ from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
 
-from .helpers import ROOT, jobsup
+from .helpers import ROOT, jobsup, wait_for_async
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE_SNAPSHOTS = os.environ.get("JOBSUP_UPDATE_SNAPSHOTS") == "1"
@@ -47,15 +47,7 @@ def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
 
 async def until(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0,
                 message: str = "condition") -> Any:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {message} (last: {value!r})")
-        await pilot.pause(0.02)
+    return await wait_for_async(condition, pilot.pause, timeout, message=message)
 
 
 async def screen_text(pilot: Pilot) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 
 from ..errors import BadInput
 
@@ -69,9 +69,5 @@ class Config:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
 
-    def with_(self, **changes: object) -> Config:
-        return replace(self, **changes)  # type: ignore[arg-type]
-
 
 DEFAULTS = Config()
-FIELDS = [f.name for f in fields(Config)]

@@ -89,7 +89,6 @@ class Slot:
     restarts: int = 0
     start_failures: int = 0
     last_exit: str | None = None
-    respawn_at: float | None = None
 
 
 Outcome = Callable[[Worker, Job, str | None, str | None], None]
@@ -151,7 +150,6 @@ class Keeper:
         except psutil.Error:
             worker.ps = None
         self.workers[slot.index] = worker
-        slot.respawn_at = None
         self.log("worker.spawned", pid=process.pid, slot=slot.index)
         if self.loop is not None:
             self._watch(worker)
@@ -271,7 +269,6 @@ class Keeper:
             self._spawn(slot)
             return
         delay = min(START_BACKOFF_MAX, START_BACKOFF_FIRST * 2 ** (slot.start_failures - 1))
-        slot.respawn_at = time.monotonic() + delay
         self.log("worker.restart_later", "warning", slot=slot.index, delay=f"{delay:g}s")
         assert self.loop is not None
         self.loop.call_later(delay, self._respawn_due, slot)

@@ -33,7 +33,6 @@ class Link:
         self.options = " ".join(f"-c {key}={value}" for key, value in settings.items())
         self.conn: psycopg.AsyncConnection | None = None
         self.lost = False  # the previous connection broke; cleared by the next successful connect
-        self.reconnects = 0
         self.failed_tries = 0  # connection attempts failed in a row
         self.lock = asyncio.Lock()  # one statement at a time on this connection
 
@@ -51,7 +50,6 @@ class Link:
                 self.failed_tries = 0
                 if self.lost:
                     self.lost = False
-                    self.reconnects += 1
                     self.log("db.reconnected", link=self.name)
                 return self.conn
             except LOST as exc:
