@@ -188,8 +188,11 @@ class TopApp(App[None]):
                     success=colours["success"], tz=self.tz)
 
     def _render(self) -> None:
-        if not self.main.is_attached:
-            return  # the app is closing: a refresh that ended meanwhile has nowhere to go
+        # The app is closing: a refresh that ended meanwhile has nowhere to go. `is_running` turns
+        # False before the widgets are removed; `is_attached` alone misses a shutdown that does not go
+        # through exit() (run_test's does not).
+        if not self.is_running or not self.main.is_attached:
+            return
         view = self._view()
         self.main.query_one("#title", Static).update(self._title_line())
         banner = self.main.query_one("#banner", Static)
