@@ -282,3 +282,16 @@ def release_orphans(conn: psycopg.Connection, locked_by: str, held: Sequence[int
 
 async def arelease_orphans(conn: psycopg.AsyncConnection, locked_by: str, held: Sequence[int]) -> list[int]:
     return await _arun(conn, _orphans_op(locked_by, held))
+
+
+def _upcoming_op(queues: Sequence[str], limit: int) -> _Op:
+    return _Op("upcoming", {"queues": list(queues), "limit": limit}, lambda rows: [row[0] for row in rows])
+
+
+def upcoming(conn: psycopg.Connection, queues: Sequence[str], limit: int = 100) -> list[float]:
+    """The soonest future run_at times (epoch seconds) of queued jobs of `queues`, soonest first."""
+    return _run(conn, _upcoming_op(queues, limit))
+
+
+async def aupcoming(conn: psycopg.AsyncConnection, queues: Sequence[str], limit: int = 100) -> list[float]:
+    return await _arun(conn, _upcoming_op(queues, limit))

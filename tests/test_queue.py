@@ -290,6 +290,24 @@ def test_claim_order_filter_and_limit(conn):
     assert job_row(conn, later)["status"] == "queued"
 
 
+def test_upcoming_lists_future_run_ats_of_every_priority_soonest_first(conn):
+    now = db_clock(conn)
+    at = {n: now + timedelta(seconds=n * 60) for n in range(1, 6)}
+    queue.enqueue(conn, "k", run_at=at[3], priority=7)
+    queue.enqueue(conn, "k", run_at=at[1], priority=-2)
+    queue.enqueue(conn, "k", run_at=at[4], priority=0)
+    queue.enqueue(conn, "k", run_at=at[2], priority=0, queue="other")
+    queue.enqueue(conn, "k", run_at=at[5], priority=7, queue="elsewhere")  # a queue not asked about
+    queue.enqueue(conn, "k", priority=9)  # ready now: not upcoming
+    running = queue.enqueue(conn, "k", run_at=now + timedelta(hours=1))
+    conn.execute("UPDATE jobsup.jobs SET status = 'running' WHERE id = %s", [running])
+
+    epochs = [at[n].timestamp() for n in (1, 2, 3, 4)]
+    assert queue.upcoming(conn, ["default", "other"]) == pytest.approx(epochs)
+    assert queue.upcoming(conn, ["default", "other"], limit=2) == pytest.approx(epochs[:2])
+    assert queue.upcoming(conn, ["nope"]) == []
+
+
 def test_claim_sets_lease_and_counts_attempts(conn):
     job_id = queue.enqueue(conn, "k", {"p": 1}, priority=2, max_attempts=4)
     before = db_clock(conn)

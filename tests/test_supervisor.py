@@ -211,6 +211,17 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
     assert 0 <= late[first] < 2 and 0 <= late[second] < 2, late  # the poll would be up to 30 s late
 
 
+def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
+    # Its NOTIFY went out to nobody: the supervisor learns its run_at when it starts listening.
+    job_id = queue.enqueue(conn, "ok", delay=1.5)
+    sup = start("--poll-interval", "30s")
+    sup.wait_ready()
+    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the delayed job done")
+    [late] = conn.execute("SELECT extract(epoch FROM started_at - run_at) FROM jobsup.jobs WHERE id = %s",
+                          [job_id]).fetchone()
+    assert 0 <= late < 1, late  # the poll would be up to 30 s late
+
+
 def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
     import json
 

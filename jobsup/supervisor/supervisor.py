@@ -133,18 +133,21 @@ class Supervisor:
 
     async def _listen_loop(self) -> None:
         link = self.links["listen"]
-        first = True
+        d = self.dispatcher
+        assert d is not None
         while True:
             try:
                 conn = await link.connect()
                 await conn.execute(SQL["listen"])
-                if not first:
-                    # Whatever was enqueued while we were deaf: look once.
-                    self.log("listener.listening", "debug")
-                    self.dispatcher.poke()  # type: ignore[union-attr]
-                first = False
+                # Whatever was enqueued while nobody listened (before the first LISTEN too: the claim
+                # loop started first) sent its NOTIFY to no one: claim once, and learn when the delayed
+                # ones are due.
+                self.log("listener.listening", "debug")
+                d.poke()
+                for run_at in await queue.aupcoming(conn, self.config.queues):
+                    d.note_run_at(run_at)
                 async for note in conn.notifies():
-                    self.dispatcher.notified(note.payload)  # type: ignore[union-attr]
+                    d.notified(note.payload)
             except LOST as exc:
                 link.drop(exc)
 
