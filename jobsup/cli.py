@@ -7,13 +7,14 @@ import json
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
 from . import __version__, dsn as dsns, embedded
 from .durations import parse_duration
 from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError
-from .job import JobSpec
+from .job import EncodedPayload, JobSpec
 
 # Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
 # progress. The whole file still goes in one transaction.
@@ -128,10 +129,9 @@ def _spec_from_line(number: int, line: str) -> JobSpec:
             fields["run_at"] = _iso_time(fields["run_at"])
         spec = JobSpec(**fields)
         spec.validate()
-        spec.encoded_payload()
+        return replace(spec, payload=EncodedPayload(spec.encoded_payload()))
     except (BadInput, argparse.ArgumentTypeError) as exc:
         raise BadInput(f"line {number}: {exc}") from None
-    return spec
 
 
 def _read_specs(path: str) -> list[JobSpec]:

@@ -13,7 +13,7 @@ import pytest
 
 from jobsup import queue
 from jobsup.errors import BadInput, PayloadTooLarge
-from jobsup.job import JobSpec
+from jobsup.job import EncodedPayload, JobSpec
 from jobsup.queue import Failure
 from jobsup.visibility import rows, snapshot
 
@@ -161,7 +161,14 @@ def test_payload_size_limit(conn):
     # the limit is in bytes, not characters
     with pytest.raises(PayloadTooLarge):
         queue.enqueue(conn, "big", "é" * (limit // 2))
-    assert count(conn) == 1
+    # A payload the CLI encoded already is stored as that JSON, and still held to the limit.
+    assert queue.enqueue(conn, "pre", EncodedPayload('{"a":[1,"b"]}')) is not None
+    assert queue.enqueue(conn, "pre", EncodedPayload('"x"')) is not None  # stays a string, not re-encoded
+    with pytest.raises(PayloadTooLarge):
+        queue.enqueue(conn, "pre", EncodedPayload(json.dumps(at_limit + "x")))
+    assert [r[0] for r in conn.execute("SELECT payload FROM jobsup.jobs WHERE kind = 'pre' ORDER BY id")] == \
+        [{"a": [1, "b"]}, "x"]
+    assert count(conn) == 3
 
 
 def test_enqueue_many_maps_ids_to_inputs(conn):
