@@ -6,6 +6,7 @@ backlog, never the number of finished jobs.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -14,6 +15,11 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .sql import STATEMENTS as SQL
+
+
+LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
+TOTAL_COLUMNS = ("done", "failed", "dead")  # read from the per-kind totals the supervisors keep
+COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
 
 
 @dataclass(frozen=True)
@@ -39,9 +45,7 @@ class Snapshot:
 
     @property
     def total(self) -> KindCounts:
-        sums = {name: sum(getattr(k, name) for k in self.kinds)
-                for name in ("ready", "scheduled", "running", "done", "failed", "dead")}
-        return KindCounts("total", **sums)
+        return KindCounts("total", **column_sums(self.kinds))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -54,6 +58,31 @@ class Snapshot:
             "supervisors": [_jsonable(row) for row in self.supervisors],
             "events": [_jsonable(row) for row in self.events],
         }
+
+
+def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
+    """Each count column summed over `kinds`: the figures of a total row."""
+    kinds = list(kinds)
+    return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
+
+
+def counts_by_kind(live: Iterable[Mapping[str, Any]],
+                   totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Counts by kind from the rows of `live_counts` (one per kind and queue) and of `kind_totals`.
+
+    >>> counts_by_kind([{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
+    ...                 {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}],
+    ...                [{"kind": "a", "done": 9, "failed": 1, "dead": 0}, {"kind": "b", "done": 4, "failed": 0, "dead": 2}])
+    {'a': {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0}, 'b': {'done': 4, 'failed': 0, 'dead': 2}}
+    """
+    merged: dict[str, dict[str, int]] = {}
+    for row in live:
+        counts = merged.setdefault(row["kind"], {})
+        for name in LIVE_COLUMNS:
+            counts[name] = counts.get(name, 0) + row[name]
+    for row in totals:
+        merged.setdefault(row["kind"], {}).update({name: row[name] for name in TOTAL_COLUMNS})
+    return merged
 
 
 def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
@@ -72,15 +101,7 @@ def _queries(dead_limit: int, event_limit: int) -> list[tuple[str, dict[str, Any
 
 def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
     live, totals, oldest, dead_jobs, dead_groups, supervisors, events = results
-    merged: dict[str, dict[str, int]] = {}
-    for row in live:
-        counts = merged.setdefault(row["kind"], {})
-        for name in ("ready", "scheduled", "running"):
-            counts[name] = counts.get(name, 0) + row[name]
-    for row in totals:
-        counts = merged.setdefault(row["kind"], {})
-        counts.update(done=row["done"], failed=row["failed"], dead=row["dead"])
-    kinds = [KindCounts(kind, **counts) for kind, counts in sorted(merged.items())]
+    kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
         taken_at=datetime.now(timezone.utc), kinds=kinds,
         oldest_ready={row["queue"]: row["age"] for row in oldest},

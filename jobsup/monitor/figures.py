@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..durations import format_age as age  # one format for ages, here and in jobsup stats
-from ..visibility import KindCounts
+from ..visibility import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
@@ -24,8 +24,6 @@ STALE_AFTER = 5.0
 HISTORY_SECONDS = 300.0
 # Minutes of reaper activity the rescues sparkline covers.
 REAPER_MINUTES = 30
-
-COUNT_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
 
 
 @dataclass(frozen=True)
@@ -121,7 +119,7 @@ class Figures:
 
     @property
     def total(self) -> KindRow:
-        return KindRow("total", **{name: sum(getattr(k, name) for k in self.kinds) for name in COUNT_COLUMNS})
+        return KindRow("total", **column_sums(self.kinds))
 
     @property
     def oldest_ready(self) -> float | None:
@@ -167,25 +165,20 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
           passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
           minutes: int = REAPER_MINUTES, match: str | None = None) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which)."""
-    kinds: dict[str, dict[str, Any]] = {}
+    kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
     for row in live:
-        k = kinds.setdefault(row["kind"], {"queues": set()})
+        kind_queues.setdefault(row["kind"], set()).add(row["queue"])
         q = queues.setdefault(row["queue"], {"kinds": set()})
-        k["queues"].add(row["queue"])
         q["kinds"].add(row["kind"])
-        for name in ("ready", "scheduled", "running"):
-            k[name] = k.get(name, 0) + row[name]
+        for name in LIVE_COLUMNS:
             q[name] = q.get(name, 0) + row[name]
-    for row in totals:
-        kinds.setdefault(row["kind"], {"queues": set()}).update(
-            done=row["done"], failed=row["failed"], dead=row["dead"])
     for row in oldest:
         queues.setdefault(row["queue"], {"kinds": set()})["oldest"] = row["age"]
     return Figures(
         now=now,
-        kinds=tuple(KindRow(kind, **{**c, "queues": tuple(sorted(c["queues"]))})
-                    for kind, c in sorted(kinds.items())),
+        kinds=tuple(KindRow(kind, **counts, queues=tuple(sorted(kind_queues.get(kind, ()))))
+                    for kind, counts in sorted(counts_by_kind(live, totals).items())),
         queues=tuple(QueueRow(queue, **{**c, "kinds": tuple(sorted(c["kinds"]))})
                      for queue, c in sorted(queues.items())),
         dead_jobs=tuple(DeadJob(**{k: r[k] for k in ("id", "kind", "queue", "attempts", "max_attempts",

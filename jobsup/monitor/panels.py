@@ -158,7 +158,7 @@ class KindsPanel(Panel):
         kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
         for k in kinds:
             rows.append((k.kind, self._cells(k, view)))
-        total = fig.KindRow("total", **{n: sum(getattr(k, n) for k in kinds) for n in fig.COUNT_COLUMNS})
+        total = fig.KindRow("total", **fig.column_sums(kinds))
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
         fill(self.query_one(Table), rows)
 
