@@ -142,7 +142,14 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
     sup = start("--prefetch", "4", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 6, message="2 running, 4 prefetched")
     sup.signal(signal.SIGTERM)
+
+    def stopping():  # the console sees it finishing its two jobs, not a stale heartbeat
+        row = conn.execute("SELECT state, workers FROM jobsup.supervisors").fetchone()
+        return row and row[0] == "stopping" and sum(w["state"] == "busy" for w in row[1]) == 2
+
+    wait_for(stopping, message="the heartbeat saying stopping, with two busy workers")
     assert sup.process.wait(20) == 0
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
     rows = dict(conn.execute("SELECT id, status FROM jobsup.jobs").fetchall())
     done = [i for i in ids if rows[i] == "done"]
     assert len(done) == 2, sup.log()

@@ -175,7 +175,7 @@ class Supervisor:
             except psycopg.Error as exc:
                 self.log("heartbeat.error", "error", error=str(exc).strip())
 
-    async def _heartbeat(self, state: str = "running") -> None:
+    async def _heartbeat(self, state: str = "running", deadline: float | None = None) -> None:
         workers = []
         for worker in sorted(self.keeper.all_processes(), key=lambda w: (w.slot, w.state != "stopping")):
             slot = self.keeper.slots[worker.slot]
@@ -192,7 +192,18 @@ class Supervisor:
         params = {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
                   "queues": list(self.config.queues), "procs": self.config.procs, "state": state,
                   "workers": Jsonb(workers), "jobs_done": d.jobs_done if d else 0}
-        await self.links["house"].run(lambda c: c.execute(SQL["heartbeat"], params))
+        await self.links["house"].run(lambda c: c.execute(SQL["heartbeat"], params), deadline=deadline)
+
+    async def _heartbeat_stopping(self, deadline: float) -> None:
+        """While it shuts down, the supervisor's row says `stopping` and goes on beating (written by
+        the shutdown itself, so no beat can land after the row is removed): the console shows a
+        supervisor finishing its jobs, not one whose heartbeat went stale. Best effort: a database
+        that is gone costs the shutdown nothing here."""
+        self.keeper.sample()
+        try:
+            await self._heartbeat("stopping", deadline=min(deadline, asyncio.get_running_loop().time() + 1.0))
+        except psycopg.Error:
+            pass
 
     async def _tick_loop(self) -> None:
         while True:
@@ -234,9 +245,14 @@ class Supervisor:
         # Past this the database is given up on: what is not written back, the reaper returns.
         db_deadline = deadline + self.config.kill_grace + min(DB_GRACE, self.config.shutdown_timeout)
         lost_db = not await self._try(d.flush(deadline=db_deadline))
+        await self._heartbeat_stopping(deadline)
 
         next_report = loop.time() + WAIT_REPORT_EVERY
+        next_beat = loop.time() + self.config.heartbeat_interval
         while d.running() and loop.time() < deadline:
+            if loop.time() >= next_beat:
+                await self._heartbeat_stopping(deadline)
+                next_beat = loop.time() + self.config.heartbeat_interval
             if loop.time() >= next_report:
                 running = d.running()
                 self.log("shutdown.waiting", running=len(running), ids=[j.id for j in running],
