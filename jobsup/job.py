@@ -43,7 +43,7 @@ class EncodedPayload(str):
     """A payload that encoded_payload() has already encoded and checked, carried as its JSON text.
 
     The CLI checks every line of a file before it writes anything; keeping the text it made spares
-    enqueue_many a second json.dumps per job (a fifth of the CPU of `jobsup enqueue --file`).
+    enqueue_many a second json.dumps per job (for 100,000 lines: 1.83 s of CPU became 1.59 s).
     """
 
 
