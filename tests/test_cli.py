@@ -8,7 +8,6 @@ import sys
 from datetime import datetime, timedelta, timezone
 
 import psycopg
-import pytest
 
 from jobsup import queue
 from jobsup.cli import ENQUEUE_CHUNK

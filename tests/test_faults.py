@@ -14,7 +14,7 @@ import pytest
 from jobsup import embedded, queue
 
 from .helpers import wait_for
-from .supervisor_helpers import Supervisor, alive, enqueue_kinds, make_calls_table, status_counts
+from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
 
 
 def calls(conn) -> dict[int, int]:

@@ -10,7 +10,7 @@ import pytest
 from jobsup import queue
 
 from .helpers import jobsup, wait_for
-from .supervisor_helpers import Supervisor, enqueue_kinds, make_calls_table, status_counts
+from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
 
 
 def calls_per_job(conn) -> dict[int, int]:
@@ -160,7 +160,7 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
 
 
 def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn, start):
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
+    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
     sup = start("--shutdown-timeout", "300ms", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
     wait_for(lambda: len(sup.workers()) == 2)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..durations import format_age as age  # one format for ages, here and in jobsup stats
+from ..durations import format_age as age  # noqa: F401 (fig.age: the one format of ages, as in stats)
 from ..visibility import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
