@@ -70,10 +70,14 @@ def counts_by_kind(live: Iterable[Mapping[str, Any]],
                    totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Counts by kind from the rows of `live_counts` (one per kind and queue) and of `kind_totals`.
 
-    >>> counts_by_kind([{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
-    ...                 {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}],
-    ...                [{"kind": "a", "done": 9, "failed": 1, "dead": 0}, {"kind": "b", "done": 4, "failed": 0, "dead": 2}])
-    {'a': {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0}, 'b': {'done': 4, 'failed': 0, 'dead': 2}}
+    >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
+    ...         {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}]
+    >>> totals = [{"kind": "a", "done": 9, "failed": 1, "dead": 0}, {"kind": "b", "done": 4, "failed": 0, "dead": 2}]
+    >>> counts = counts_by_kind(live, totals)
+    >>> counts["a"]
+    {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0}
+    >>> counts["b"]  # no live job: KindCounts' defaults stand for the rest
+    {'done': 4, 'failed': 0, 'dead': 2}
     """
     merged: dict[str, dict[str, int]] = {}
     for row in live:
