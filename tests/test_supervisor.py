@@ -138,7 +138,7 @@ def test_workers_are_recycled_after_max_jobs_per_proc(conn, start):
 
 def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, start):
     make_calls_table(conn)
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(8)])
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 3}) for _ in range(8)])
     sup = start("--prefetch", "4", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 6, message="2 running, 4 prefetched")
     sup.signal(signal.SIGTERM)
