@@ -157,6 +157,9 @@ def main() -> int:
         if started_db:
             embedded.stop(data_dir)
             say(f"stopped the embedded PostgreSQL in {data_dir}")
+        elif not named:
+            say(f"the embedded PostgreSQL in {data_dir} was running before the demo, so it is left running "
+                "(`jobsup db stop` stops it)")
 
 
 if __name__ == "__main__":
