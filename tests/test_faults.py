@@ -106,6 +106,34 @@ def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_job
     assert "reaped" in second.log()
 
 
+def group_members(pgid: int) -> list[int]:
+    """Live processes of a process group: a supervisor's session holds it, its fork server and workers."""
+    members = []
+    for process in psutil.process_iter():
+        try:
+            if os.getpgid(process.pid) == pgid and alive(process):
+                members.append(process.pid)
+        except (ProcessLookupError, psutil.Error):
+            pass
+    return members
+
+
+@pytest.mark.parametrize("app, moment", [
+    ("examples.misbehave:app", "worker.spawned"),  # still spawning, its loop not yet running
+    ("examples.slow_app:app", "supervisor.started"),  # its loop runs; the workers still import the app
+])
+def test_ctrl_c_while_starting_stops_quietly_and_leaves_nothing(conn, start, app, moment):
+    job_id = queue.enqueue(conn, "ok")
+    sup = start(app=app, procs=2)
+    sup.wait_log(moment)
+    sup.signal(signal.SIGINT, group=True)  # as from the terminal: the workers get it too
+    assert sup.process.wait(20) in (0, 130), sup.log()
+    assert "Traceback" not in sup.log(), sup.log()
+    wait_for(lambda: not group_members(sup.pid), timeout=10, message="every process of the supervisor gone")
+    status = conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [job_id]).fetchone()[0]
+    assert status in ("queued", "done")  # never left running, never lost
+
+
 def test_two_supervisors_share_the_work_without_duplicates(conn, start):
     make_calls_table(conn)
     ids = enqueue_kinds(conn, ["record"] * 2000)

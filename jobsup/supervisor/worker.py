@@ -67,7 +67,15 @@ def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervis
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(supervisor_pid)
+    try:
+        _serve(inbox, outbox, app_target)
+    except BrokenPipeError:
+        # The supervisor closed our pipes: stopped while we were starting (an early Ctrl-C), or gone.
+        # There is no one left to tell, and a traceback on the operator's terminal would say nothing.
+        return
 
+
+def _serve(inbox: Connection, outbox: Connection, app_target: str) -> None:
     from ..app import load_app
     from ..errors import JobsupError
     from ..job import Job
