@@ -6,6 +6,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 
 import psutil
 import psycopg
@@ -166,6 +167,27 @@ def test_a_shutdown_with_the_database_gone_gives_up_in_time_and_the_jobs_come_ba
         wait_for(lambda: status_counts(fresh).get("done") == 2, timeout=20, message="jobs recovered")
         assert set(calls(fresh)) == set(ids)
     assert second.stop() == 0
+
+
+def test_an_idle_supervisor_stops_at_once_with_the_database_gone(conn, start, server_dsn):
+    # Nothing held, nothing to write back: only its own row is left, which the console shows as stale.
+    sup = start(procs=2)
+    sup.wait_ready()
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
+    name = conn.info.dbname
+    conn.close()
+    with psycopg.connect(server_dsn, autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        sup.wait_log("db.unavailable")
+        stopped = time.monotonic()
+        sup.signal(signal.SIGTERM)
+        code = sup.process.wait(30)
+        took = time.monotonic() - stopped
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert code == 0, sup.log()
+    assert took < 10, (took, sup.log())  # it used to wait out the outcome deadline: 47 s by default
+    assert "shutdown.row_left" in sup.log()
 
 
 def sup_dsn(server_dsn: str, name: str) -> str:

@@ -46,6 +46,11 @@ WAIT_REPORT_EVERY = 5.0
 DB_GRACE = 10.0
 # At shutdown, how long a claim in flight may take to land.
 CLAIM_LANDING = 5.0
+# At shutdown, how long removing this supervisor's row may wait for a database that is down. The row
+# only feeds the console: left behind, it shows as stale, and a live supervisor deletes it later. An
+# idle supervisor stopped while the database was down used to wait out the whole outcome deadline
+# (47 s with the defaults) for it.
+FORGET_BUDGET = 2.0
 
 
 class Supervisor:
@@ -231,7 +236,8 @@ class Supervisor:
         by_name = {t.get_name(): t for t in tasks}
         # A claim in flight lands, and what it took is released below; a claim loop stuck reconnecting
         # to a database that is gone is not waited for.
-        await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
+        if not self.links["claims"].lost:  # a claim loop that is reconnecting has nothing in flight
+            await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
         stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat")]
@@ -272,7 +278,9 @@ class Supervisor:
             await self._wait_workers_gone(self.config.kill_grace + 2)
         lost_db |= not await self._try(d.flush(deadline=db_deadline))
         await self._stop_workers()
-        lost_db |= not await self._try(self._forget_self(deadline=db_deadline))
+        if not await self._forget_self(FORGET_BUDGET):
+            self.log("shutdown.row_left", "warning", note="the database did not answer: the console shows "
+                     "this supervisor as stale until a live supervisor removes its row")
         if lost_db:
             self.log("shutdown.done", "error", jobs_done=d.jobs_done, unwritten=len(d.held),
                      note="the database did not answer; the reaper returns unwritten jobs when their leases expire")
@@ -301,8 +309,10 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(d.flush(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
-            await asyncio.wait_for(self._forget_self(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
+            answered = await self._forget_self(HARD_STOP_BUDGET)
         except (asyncio.TimeoutError, *LOST):
+            answered = False
+        if not answered:
             self.log("shutdown.now", "warning", reason="database did not answer; the reaper will return the rest")
         return EXIT_INTERRUPTED
 
@@ -322,6 +332,13 @@ class Supervisor:
             self.keeper.check_timeouts()
             await asyncio.sleep(0.02)
 
-    async def _forget_self(self, deadline: float) -> None:
-        await self.links["house"].run(lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}),
-                                      deadline=deadline)
+    async def _forget_self(self, budget: float) -> bool:
+        """Remove this supervisor's row; False if the database did not answer within `budget` seconds
+        (a connection attempt to an unreachable host can outlast a deadline of the link on its own)."""
+        deadline = asyncio.get_running_loop().time() + budget
+        try:
+            await asyncio.wait_for(self.links["house"].run(
+                lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}), deadline=deadline), budget)
+            return True
+        except (asyncio.TimeoutError, *LOST):
+            return False
