@@ -90,7 +90,6 @@ class Dispatcher:
         self.flush_wakeup = asyncio.Event()
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
-        self.jobs_failed = 0
         self.finished = 0  # outcomes heard from workers, for the finishing rate
         self.rate = 0.0  # jobs finished per second, smoothed
         self.duration = 1.0  # seconds a job takes in a worker, smoothed; assume slow until measured
@@ -298,7 +297,6 @@ class Dispatcher:
         outcomes = await self.writes.run(lambda c: queue.afail(
             c, failures, self.id, backoff_base=self.config.backoff_base,
             backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
-        self.jobs_failed += len(outcomes)
         by_id = {o.id: o for o in outcomes}
         for failure in failures:
             outcome = by_id.get(failure.id)
