@@ -190,6 +190,22 @@ def test_an_idle_supervisor_stops_at_once_with_the_database_gone(conn, start, se
     assert "shutdown.row_left" in sup.log()
 
 
+def test_a_loop_that_fails_stops_the_supervisor_instead_of_leaving_it_half_alive(conn, start):
+    # A table the claim statement cannot find is no lost connection: the claim loop ends with the error.
+    sup = start(procs=2)
+    sup.wait_ready()
+    workers = sup.workers()
+    conn.execute("ALTER TABLE jobsup.jobs RENAME TO jobs_elsewhere")
+    try:
+        code = sup.process.wait(15)  # the poll (500 ms here) runs the claim that fails
+    finally:
+        conn.execute("ALTER TABLE jobsup.jobs_elsewhere RENAME TO jobs")
+    assert code == 1, sup.log()
+    assert "supervisor.failed" in sup.log() and "the claim loop failed" in sup.log(), sup.log()
+    assert "does not exist" in sup.log()
+    wait_for(lambda: not any(alive(w) for w in workers), timeout=10, message="its workers gone with it")
+
+
 def sup_dsn(server_dsn: str, name: str) -> str:
     from psycopg import conninfo
 

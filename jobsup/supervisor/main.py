@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from .. import dsn as dsns
-from ..errors import EXIT_INTERRUPTED, JobsupError, WorkersFailed
+from ..errors import EXIT_INTERRUPTED, WorkersFailed
 from ..migrate import require_schema
 from .config import Config
 from .log import EventLog
@@ -23,7 +23,7 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
         with dsns.connect(resolved) as conn:
             require_schema(conn)
         code = asyncio.run(supervisor.run(resolved))
-    except (JobsupError, KeyboardInterrupt) as exc:
+    except BaseException as exc:  # whatever stops us, no worker outlives it
         supervisor.keeper.kill_all()
         for worker in supervisor.keeper.all_processes():
             worker.process.join(5)

@@ -113,11 +113,15 @@ class Supervisor:
             ("lease", self.dispatcher.lease_loop()), ("listen", self._listen_loop()),
             ("reap", self._reap_loop()), ("heartbeat", self._heartbeat_loop()), ("tick", self._tick_loop()),
         )]
+        for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
+            task.add_done_callback(lambda _: self.stop_wakeup.set())
         while not (self.signals or self.fatal):
             await self.stop_wakeup.wait(3600)
-            for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
+            for task in tasks:
                 if task.done() and not task.cancelled() and task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                    error = task.exception()
+                    self.log("supervisor.failed", "error", reason=f"the {task.get_name()} loop failed: {error}")
+                    raise error  # type: ignore[misc]
         # The shutdown runs as a task of its own, so a second Ctrl-C stops at once whatever it waits for.
         shutdown = loop.create_task(self._shutdown(tasks))
         shutdown.add_done_callback(lambda _: self.stop_wakeup.set())
