@@ -13,7 +13,7 @@ from typing import Any
 
 from . import __version__, dsn as dsns, embedded
 from .durations import parse_duration
-from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError
+from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError, first_line
 from .job import EncodedPayload, JobSpec
 
 # Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
@@ -303,8 +303,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"jobsup: error: {exc}", file=sys.stderr)
         return exc.exit_code
     except psycopg.Error as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        print(f"jobsup: database error: {dsns.redact(first)}", file=sys.stderr)
+        print(f"jobsup: database error: {dsns.redact(first_line(exc))}", file=sys.stderr)
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import conninfo
 
 from . import embedded
-from .errors import DatabaseUnavailable
+from .errors import DatabaseUnavailable, first_line
 
 # libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded.
 _URL_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]+@")
@@ -53,8 +53,7 @@ def check(dsn: str) -> None:
 
 
 def describe_connect_error(dsn: str, exc: Exception) -> str:
-    reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-    return f"cannot connect to {redact(dsn)}: {redact(reason)}"
+    return f"cannot connect to {redact(dsn)}: {redact(first_line(exc))}"
 
 
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:

@@ -10,6 +10,17 @@ EXIT_WORKERS_FAILED = 3  # `jobsup start`: no worker process could be started (e
 EXIT_INTERRUPTED = 130  # stopped at once by a second Ctrl-C
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message, or its type's name when it has none: what a log line or a
+    one-line message shows of a database error (psycopg's messages go on with LINE and HINT lines).
+
+    >>> first_line(ValueError("bad\\nLINE 1: x")), first_line(KeyError())
+    ('bad', 'KeyError')
+    """
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 class JobsupError(Exception):
     """Root of jobsup's errors. The message is meant for the person at the terminal."""
 

@@ -17,7 +17,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from .. import dsn as dsns
-from ..errors import DatabaseUnavailable, JobsupError
+from ..errors import DatabaseUnavailable, JobsupError, first_line
 from ..queue import arequeue_dead
 from ..sql import STATEMENTS as SQL
 from . import figures as fig
@@ -122,8 +122,7 @@ class Source:
                 await conn.close()
             except psycopg.Error:
                 pass
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        self._failed(f"lost the connection to {self.label}: {dsns.redact(first)}")
+        self._failed(f"lost the connection to {self.label}: {dsns.redact(first_line(exc))}")
 
     async def _run(self, work):  # -> whatever work returns
         async with self._lock:
@@ -138,8 +137,7 @@ class Source:
                 await self._lost(exc)
             raise DatabaseUnavailable(f"{self.label}: {exc}") from None
         except psycopg.Error as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise JobsupError(f"database error: {dsns.redact(first)}") from None
+            raise JobsupError(f"database error: {dsns.redact(first_line(exc))}") from None
 
     async def refresh(self, match: str | None = None) -> fig.Figures:
         """Every figure of the screen; `match` narrows the dead jobs and groups to a kind or queue."""

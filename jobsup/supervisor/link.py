@@ -13,6 +13,7 @@ from typing import TypeVar
 import psycopg
 
 from ..dsn import describe_connect_error
+from ..errors import first_line
 from .log import EventLog
 
 T = TypeVar("T")
@@ -78,7 +79,7 @@ class Link:
 
     def drop(self, exc: BaseException | None = None) -> None:
         if exc is not None and not self.lost:
-            self.log("db.lost", "warning", link=self.name, error=_first_line(exc))
+            self.log("db.lost", "warning", link=self.name, error=first_line(exc))
         self.lost = True
         conn, self.conn = self.conn, None
         if conn is not None and not conn.closed:
@@ -96,8 +97,3 @@ async def _close_quietly(conn: psycopg.AsyncConnection) -> None:
         await conn.close()
     except Exception:
         pass
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
