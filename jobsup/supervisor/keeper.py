@@ -9,8 +9,8 @@ import os
 import random
 import signal
 import time
-from collections.abc import Callable
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
@@ -299,7 +299,7 @@ class Keeper:
 
     def check_timeouts(self) -> None:
         now = self.loop.time()  # type: ignore[union-attr]
-        for worker in list(self.workers.values()) + list(self.retiring):
+        for worker in self.all_processes():
             if worker.kill_at is not None and now >= worker.kill_at:
                 self._signal(worker, signal.SIGKILL)
                 worker.kill_at = None
