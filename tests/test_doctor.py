@@ -316,3 +316,14 @@ def test_a_database_without_the_schema_fails_the_schema_check(empty_dsn):
     assert line.startswith("FAIL") and "the jobsup schema is not in this database" in line
     assert "run `jobsup migrate`" in result.stdout
     assert "xmin_horizon" in result.stdout  # the server's checks still run
+
+
+def test_a_locked_jobsup_table_is_reported_not_waited_for(conn, holder):
+    holder.execute("BEGIN")
+    holder.execute("LOCK TABLE jobsup.events IN ACCESS EXCLUSIVE MODE")  # as a long ALTER TABLE would
+    report = run_checks(conn)
+    found = check(report, "tables")
+    assert found.level == "warn" and "stayed locked for 2s" in found.message and "pg_locks" in found.action
+    assert check(report, "supervisors").level == "ok"  # the checks after it still ran
+    holder.execute("ROLLBACK")
+    assert "tables" not in [c.name for c in run_checks(conn).checks]
