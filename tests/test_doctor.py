@@ -55,6 +55,22 @@ def pid_of(conn: psycopg.Connection) -> int:
     return conn.info.backend_pid
 
 
+def hold_snapshot(conn: psycopg.Connection) -> int:
+    """Leave `conn` holding a snapshot, as a forgotten psql session does; its backend's pid."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    conn.execute("SELECT 1")
+    return pid_of(conn)
+
+
+def until_warns(conn: psycopg.Connection, name: str, thresholds: Thresholds = QUICK):
+    """Check `name` of the report once it warns (its problem has aged past the thresholds)."""
+    def warned():
+        found = check(run_checks(conn, thresholds), name)
+        return found if found.level == "warn" else None
+
+    return wait_for(warned, timeout=30, message=f"{name} to warn")
+
+
 def test_a_healthy_database_exits_0_and_its_json_parses(dsn, conn):
     result = doctor(dsn)
     assert result.returncode == 0, result.stdout
@@ -80,15 +96,8 @@ def test_a_healthy_database_exits_0_and_its_json_parses(dsn, conn):
 
 
 def test_a_held_snapshot_is_named_by_doctor_and_by_the_health_line(dsn, conn, holder):
-    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    holder.execute("SELECT 1")
-    pid = pid_of(holder)
-
-    def warned():
-        found = check(run_checks(conn, QUICK), "xmin_horizon")
-        return found if found.level == "warn" else None
-
-    found = wait_for(warned, timeout=30, message="xmin_horizon to warn")
+    pid = hold_snapshot(holder)
+    found = until_warns(conn, "xmin_horizon")
     assert f"by pid {pid} (idle in transaction, application 'doctor test holder'" in found.message
     assert f"pg_terminate_backend({pid})" in found.action
     assert found.figures["oldest"]["pid"] == pid and found.figures["oldest"]["idle_in_transaction"]
@@ -119,12 +128,7 @@ def test_a_session_idle_in_a_transaction_is_named(dsn, conn):
     with psycopg.connect(dsn, application_name="doctor test idle") as idle:
         idle.execute("SELECT 1")
         pid = pid_of(idle)
-
-        def warned():
-            found = check(run_checks(conn, QUICK), "idle_in_transaction")
-            return found if found.level == "warn" else None
-
-        found = wait_for(warned, timeout=30, message="idle_in_transaction to warn")
+        found = until_warns(conn, "idle_in_transaction")
         assert f"1 session idle in a transaction" in found.message and f"pid {pid}" in found.message
         assert "application 'doctor test idle'" in found.message
         assert f"pid {pid}" in found.action and "idle_in_transaction_session_timeout" in found.action
@@ -243,8 +247,7 @@ def test_the_health_line_reads_no_table_of_jobsup(conn):
 
 
 def test_the_async_health_line_is_the_same(dsn, holder):
-    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    holder.execute("SELECT 1")
+    pid = hold_snapshot(holder)
     with psycopg.connect(dsn, autocommit=True) as conn:
         wait_for(lambda: health_warning(conn, QUICK), timeout=30, message="the holder to age")
 
@@ -254,7 +257,7 @@ def test_the_async_health_line_is_the_same(dsn, holder):
 
     default, quick = asyncio.run(lines())
     assert default is None
-    assert quick is not None and quick.endswith(f"by pid {pid_of(holder)} (idle in transaction)")
+    assert quick is not None and quick.endswith(f"by pid {pid} (idle in transaction)")
 
 
 @pytest.fixture
@@ -278,20 +281,16 @@ def monitor_role(server_dsn: str, dsn: str) -> Iterator[tuple[str, str]]:
 
 def test_without_pg_monitor_a_holder_is_found_but_its_age_is_not(dsn, holder, monitor_role):
     role_dsn, role = monitor_role
-    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
-    holder.execute("SELECT 1")
+    pid = hold_snapshot(holder)
     with psycopg.connect(role_dsn, autocommit=True) as limited:
         report = run_checks(limited, QUICK)
         assert "grant it pg_monitor" in check(report, "server").message
         found = check(report, "xmin_horizon")
-        assert found.level == "ok" and f"pid {pid_of(holder)}" in found.message
+        assert found.level == "ok" and f"pid {pid}" in found.message
         assert "its age is hidden from this role" in found.message
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"GRANT pg_monitor TO {role}")
-        found = wait_for(lambda: check(run_checks(limited, QUICK), "xmin_horizon").level == "warn"
-                         and check(run_checks(limited, QUICK), "xmin_horizon"), timeout=30,
-                         message="xmin_horizon to warn once the role may see the session")
-        assert f"by pid {pid_of(holder)} (idle in transaction" in found.message
+        assert f"by pid {pid} (idle in transaction" in until_warns(limited, "xmin_horizon").message
 
 
 def test_bad_thresholds_are_refused_with_one_line_and_exit_2(dsn):
