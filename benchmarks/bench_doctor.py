@@ -23,7 +23,8 @@ from pathlib import Path
 import psycopg
 
 from jobsup import embedded
-from jobsup.doctor import health_warning, run_checks
+from jobsup.doctor import run_checks
+from jobsup.health import health_warning
 from jobsup.migrate import migrate
 from jobsup.sql import STATEMENTS as SQL
 

@@ -77,9 +77,23 @@ class Report:
                 "thresholds": asdict(self.thresholds), "checks": [asdict(c) for c in self.checks]}
 
 
-def _over(value: float | None, limit: float) -> bool:
+def over(value: float | None, limit: float) -> bool:
     """Whether `value` crosses a threshold; a limit of 0 is off, an unknown value crosses nothing."""
     return bool(limit) and value is not None and value > limit
+
+
+def dead_share(live: int, dead: int) -> float:
+    return dead / (live + dead) if live + dead else 0.0
+
+
+def too_dead(live: int, dead: int, t: Thresholds) -> bool:
+    """Whether a table's dead tuples cross the thresholds: too many, or too large a share of enough.
+
+    >>> too_dead(40, 400, Thresholds()), too_dead(40, 20_000, Thresholds()), too_dead(0, 2_000_000, Thresholds())
+    (False, True, True)
+    """
+    return over(dead, t.max_dead_tuples) or (
+        dead >= DEAD_RATIO_FLOOR and over(dead_share(live, dead), t.max_dead_ratio))
 
 
 def _bytes(n: int) -> str:
@@ -147,7 +161,11 @@ def check_xmin_horizon(sessions: list[dict[str, Any]], t: Thresholds) -> Check:
     holders = [s for s in sessions if s["holds_xmin"]]
     if not holders:
         return Check("xmin_horizon", "ok", "no session holds back vacuum", figures={"holders": []})
-    s = holders[0]
+    # The threshold is a time: the holder to name is the longest-held of those whose age the server
+    # shows, unless only the oldest horizon (by transactions) is hidden and no shown one crosses it.
+    timed = sorted((h for h in holders if h["xact_age"] is not None), key=lambda h: -h["xact_age"])
+    hidden_first = holders[0]["xact_age"] is None
+    s = timed[0] if timed and (not hidden_first or over(timed[0]["xact_age"], t.max_xmin_age)) else holders[0]
     figures = {"holders": [_session_figures(h) for h in holders], "oldest": _session_figures(s)}
     pid = s["pid"]
     if s["xact_age"] is None:
@@ -161,7 +179,7 @@ def check_xmin_horizon(sessions: list[dict[str, Any]], t: Thresholds) -> Check:
     message = f"vacuum held back {format_age(s['xact_age'])} by {_who(s)}"
     if s["query"]:
         message += f": {s['query']}"
-    if not _over(s["xact_age"], t.max_xmin_age):
+    if not over(s["xact_age"], t.max_xmin_age):
         return Check("xmin_horizon", "ok", f"oldest horizon {format_age(s['xact_age'])} old, {_who(s)}",
                      figures=figures)
     if figures["oldest"]["idle_in_transaction"]:
@@ -184,12 +202,12 @@ def check_idle_in_transaction(sessions: list[dict[str, Any]], t: Thresholds) -> 
     if not idle:
         return Check("idle_in_transaction", "ok", "no session is idle in a transaction", figures=figures)
     s = idle[0]
-    over = [x for x in idle if _over(x["state_age"], t.max_idle_in_transaction)]
+    past = [x for x in idle if over(x["state_age"], t.max_idle_in_transaction)]
     message = (f"{len(idle)} session{'s' if len(idle) != 1 else ''} idle in a transaction, the longest "
                f"{format_age(s['state_age'])}: {_who(s)}")
-    if not over:
+    if not past:
         return Check("idle_in_transaction", "ok", message, figures=figures)
-    pids = ", ".join(str(x["pid"]) for x in over[:5])
+    pids = ", ".join(str(x["pid"]) for x in past[:5])
     return Check("idle_in_transaction", "warn", message,
                  f"end them: SELECT pg_terminate_backend(pid) for pid {pids}; then fix the application "
                  "to commit or roll back, and set idle_in_transaction_session_timeout "
@@ -203,7 +221,7 @@ def check_prepared(prepared: list[dict[str, Any]], t: Thresholds) -> Check:
     p = prepared[0]
     message = (f"{len(prepared)} prepared transaction{'s' if len(prepared) != 1 else ''}, the oldest "
                f"{p['gid']!r} of {p['owner']}, {format_age(p['age'])} old ({p['xmin_xids']:,} transactions)")
-    if not _over(p["age"], t.max_xmin_age):
+    if not over(p["age"], t.max_xmin_age):
         return Check("prepared_transactions", "ok", message, figures=figures)
     return Check("prepared_transactions", "warn", message,
                  f"ask its transaction manager which way it went, then COMMIT PREPARED {p['gid']!r} or "
@@ -230,7 +248,7 @@ def check_slots(slots: list[dict[str, Any]]) -> Check:
 def check_table(table: dict[str, Any], server: dict[str, Any], t: Thresholds, held_back: bool) -> Check:
     name = table["name"]
     live, dead = table["live_tuples"], table["dead_tuples"]
-    ratio = dead / (live + dead) if live + dead else 0.0
+    ratio = dead_share(live, dead)
     vacuumed = ("never vacuumed" if table["vacuum_age"] is None
                 else f"last vacuum {format_age(table['vacuum_age'])} ago")
     parts = f", {table['tables']} partitions" if table["tables"] > 1 else ""
@@ -244,9 +262,7 @@ def check_table(table: dict[str, Any], server: dict[str, Any], t: Thresholds, he
         return Check(check, "warn", f"autovacuum is off {where}; {message}",
                      f"turn it back on: nothing else removes the dead tuples of a queue's churn "
                      f"(ALTER TABLE {name} RESET (autovacuum_enabled))", figures)
-    too_many = _over(dead, t.max_dead_tuples)
-    too_dense = dead >= DEAD_RATIO_FLOOR and _over(ratio, t.max_dead_ratio)
-    if not (too_many or too_dense):
+    if not too_dead(live, dead, t):
         return Check(check, "ok", message, figures=figures)
     if held_back:
         action = "first end what holds vacuum back (the xmin_horizon line): vacuum cannot remove these until then"
@@ -261,7 +277,7 @@ def check_notify(server: dict[str, Any], t: Thresholds) -> Check:
     usage = server["notify_usage"]
     message = f"{usage:.1%} of the NOTIFY queue in use"
     figures = {"usage": usage}
-    if not _over(usage, t.max_notify_usage):
+    if not over(usage, t.max_notify_usage):
         return Check("notify_queue", "ok", message, figures=figures)
     return Check("notify_queue", "warn", message,
                  "a session that LISTENs and stays in a long transaction keeps the queue from emptying: end it "
@@ -292,13 +308,13 @@ def check_connections(server: dict[str, Any], apps: list[dict[str, Any]], live_s
               "its worker processes none")
     if used >= available:
         return Check("connections", "fail", f"no connection left: {message}", action, figures)
-    if _over(share, t.max_connections_used):
+    if over(share, t.max_connections_used):
         return Check("connections", "warn", message, action, figures)
     return Check("connections", "ok", message, figures=figures)
 
 
 def check_supervisors(supervisors: list[dict[str, Any]], t: Thresholds) -> Check:
-    stale = [s for s in supervisors if _over(s["heartbeat_age"], t.stale_after)]
+    stale = [s for s in supervisors if over(s["heartbeat_age"], t.stale_after)]
     live = len(supervisors) - len(stale)
     figures = {"live": live, "stale": [{k: s[k] for k in ("id", "host", "pid", "state", "heartbeat_age")}
                                        for s in stale]}
@@ -362,54 +378,10 @@ def run_checks(conn: psycopg.Connection, thresholds: Thresholds = Thresholds()) 
                 tables = []
             checks += [check_table(table, server, t, held_back=xmin.level != "ok") for table in tables]
             supervisors = _rows(conn, "supervisors")
-            live = sum(1 for s in supervisors if not _over(s["heartbeat_age"], t.stale_after))
+            live = sum(1 for s in supervisors if not over(s["heartbeat_age"], t.stale_after))
         checks.append(check_notify(server, t))
         checks.append(check_connections(server, apps, live, t))
         if version:
             checks.append(check_supervisors(supervisors, t))
             checks.append(check_orphans(_rows(conn, "doctor_orphaned_jobs", stale_after=t.stale_after), live))
     return Report(checks, t)
-
-
-# --- the console's line ----------------------------------------------------------------------------
-
-def health_line(row: dict[str, Any], thresholds: Thresholds = Thresholds()) -> str | None:
-    """The console's warning from the one row of the `health` statement, or None when all is well.
-
-    >>> health_line({"holder": "session", "name": "4211", "state": "idle in transaction", "age": 840.0,
-    ...              "xmin_xids": 12, "slot": None, "slot_xmin_xids": None, "live_tuples": 10, "dead_tuples": 5})
-    'vacuum held back 14m00s by pid 4211 (idle in transaction)'
-    >>> health_line({"holder": "session", "name": "4211", "state": "active", "age": 3.0, "xmin_xids": 1,
-    ...              "slot": None, "slot_xmin_xids": None, "live_tuples": 100, "dead_tuples": 5_000}) is None
-    True
-    >>> health_line({"holder": None, "name": None, "state": None, "age": None, "xmin_xids": None,
-    ...              "slot": "standby1", "slot_xmin_xids": 52000, "live_tuples": 100, "dead_tuples": 2_000_000})
-    "vacuum held back by inactive replication slot 'standby1' (52,000 transactions); jobsup.jobs: 2,000,000 dead tuples (100%)"
-    """
-    t = thresholds
-    warnings = []
-    if _over(row["age"], t.max_xmin_age):
-        if row["holder"] == "prepared":
-            warnings.append(f"vacuum held back {format_age(row['age'])} by prepared transaction {row['name']!r}")
-        else:
-            state = f" ({row['state']})" if row["state"] else ""
-            warnings.append(f"vacuum held back {format_age(row['age'])} by pid {row['name']}{state}")
-    elif row["slot"] is not None:
-        warnings.append(f"vacuum held back by inactive replication slot {row['slot']!r} "
-                        f"({row['slot_xmin_xids']:,} transactions)")
-    live, dead = row["live_tuples"] or 0, row["dead_tuples"] or 0
-    ratio = dead / (live + dead) if live + dead else 0.0
-    if _over(dead, t.max_dead_tuples) or (dead >= DEAD_RATIO_FLOOR and _over(ratio, t.max_dead_ratio)):
-        warnings.append(f"jobsup.jobs: {dead:,} dead tuples ({ratio:.0%})")
-    return "; ".join(warnings) or None
-
-
-def health_warning(conn: psycopg.Connection, thresholds: Thresholds = Thresholds()) -> str | None:
-    """The console's one-line health warning, or None: one statement over the server's state, no table."""
-    return health_line(_rows(conn, "health")[0], thresholds)
-
-
-async def ahealth_warning(conn: psycopg.AsyncConnection, thresholds: Thresholds = Thresholds()) -> str | None:
-    async with conn.cursor(row_factory=dict_row) as cur:
-        await cur.execute(SQL["health"])
-        return health_line(await cur.fetchone(), thresholds)

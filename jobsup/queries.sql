@@ -496,7 +496,9 @@ SELECT j.locked_by, count(*)::int AS jobs, min(j.id) AS first_id,
        extract(epoch FROM min(j.locked_until) - now())::float8 AS lease_left
 FROM jobsup.jobs j
 LEFT JOIN jobsup.supervisors s
-       ON s.id = j.locked_by AND s.heartbeat_at > now() - make_interval(secs => %(stale_after)s::float8)
+       ON s.id = j.locked_by
+      AND (%(stale_after)s::float8 = 0  -- 0: no row counts as stale
+           OR s.heartbeat_at > now() - make_interval(secs => %(stale_after)s::float8))
 WHERE j.status = 'running' AND s.id IS NULL
 GROUP BY j.locked_by
 ORDER BY count(*) DESC

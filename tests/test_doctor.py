@@ -15,8 +15,8 @@ import pytest
 from psycopg import conninfo
 
 from jobsup import queue
-from jobsup.doctor import SUPERVISOR_LINKS, Thresholds, ahealth_warning, check_prepared, check_table, \
-    health_warning, run_checks
+from jobsup.doctor import SUPERVISOR_LINKS, Thresholds, check_prepared, check_table, run_checks
+from jobsup.health import ahealth_warning, health_warning
 from jobsup.sql import STATEMENTS as SQL
 
 from .helpers import cli_env, jobsup, wait_for
@@ -166,6 +166,7 @@ def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
     assert by_name["orphaned_jobs"]["figures"]["jobs"] == 1
     # A supervisor is stale only past --stale-after.
     assert doctor(dsn, "--stale-after", "3h").returncode == 0
+    assert doctor(dsn, "--stale-after", "0").returncode == 0  # 0: no supervisor counts as stale
 
 
 def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, start):
