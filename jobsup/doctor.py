@@ -337,13 +337,16 @@ def check_orphans(orphans: list[dict[str, Any]], live_supervisors: int) -> Check
         return Check("orphaned_jobs", "ok", "every running job has a live supervisor", figures=figures)
     o = orphans[0]
     lease = o["lease_left"]
-    when = f"lease expires in {format_age(lease)}" if lease >= 0 else f"lease expired {format_age(-lease)} ago"
+    when = ("no lease" if lease is None else f"lease expires in {format_age(lease)}" if lease >= 0
+            else f"lease expired {format_age(-lease)} ago")
     message = (f"{jobs} running job{'s' if jobs != 1 else ''} under no live supervisor; "
                f"{o['jobs']} of {o['locked_by']} (first id {o['first_id']}, {when})")
     if live_supervisors == 0:
-        action = "no live supervisor runs a reaper: start one (`jobsup start`); it returns them once their leases expire"
+        action = ("no live supervisor runs a reaper: start one (`jobsup start`); "
+                  "it returns them once their leases expire")
     else:
-        action = "a live supervisor's reaper returns them to the queue when their leases expire, counting the attempt"
+        action = ("a live supervisor's reaper returns them to the queue when their leases expire, "
+                  "counting the attempt")
     return Check("orphaned_jobs", "warn", message, action, figures)
 
 
