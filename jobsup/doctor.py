@@ -353,8 +353,9 @@ def check_orphans(orphans: list[dict[str, Any]], live_supervisors: int) -> Check
 # --- running them ----------------------------------------------------------------------------------
 
 def run_checks(conn: psycopg.Connection, thresholds: Thresholds = Thresholds()) -> Report:
-    """Every check against `conn`'s database. Needs no privilege beyond connecting; without pg_monitor
-    (or pg_read_all_stats) other roles' sessions show no age or state, which the server check says."""
+    """Every check against `conn`'s database. Needs no privilege beyond reading the jobsup tables;
+    without pg_monitor (or pg_read_all_stats) other roles' sessions show no age or state, which the
+    server check says."""
     t = thresholds
     with conn.transaction():
         conn.execute(SQL["doctor_limits"], {"lock_timeout": LOCK_TIMEOUT, "statement_timeout": STATEMENT_TIMEOUT})
