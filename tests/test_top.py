@@ -34,6 +34,7 @@ from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
+from jobsup.monitor.tabs import Pane
 
 from .helpers import ROOT, jobsup, wait_for_async
 
@@ -67,8 +68,11 @@ def rows(app: TopApp, table_id: str) -> dict[str, list[str]]:
 
 
 async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
-    """Focus a table and put its cursor on a row, as Tab and the arrows would; wait until it is so."""
+    """Show a table's tab, focus it and put its cursor on a row, as a key and the arrows would."""
     table = pilot.app.query_one(f"#{table_id}", DataTable)
+    pane = next(node for node in table.ancestors if isinstance(node, Pane))
+    pilot.app.action_show_tab(pane.TAB.id)
+    await until(pilot, lambda: pilot.app.focused is pane.first_table(), message=f"the {pane.TAB.id} tab")
     table.focus()
     table.move_cursor(row=table.get_row_index(key))
     await until(pilot, lambda: pilot.app.focused is table and panels.selected_key(table) == key,
@@ -152,7 +156,11 @@ def test_figures_match_the_database(conn, dsn):
             assert next(iter(rows(app, "reaper").values()))[2:5] == ["2", "1", "sup-gone"]
             text = await screen_text(pilot)
             assert "ready 3  scheduled 1  running 2  dead 2" in text
-            assert "supervisors 1 (+1 stale)" in text and "workers 1/2 busy" in text
+            assert "supervisors 1 +1 stale since 1m0" in text and "workers 1/2 busy" in text
+            await pilot.press("3")  # the Workers tab
+            await until(pilot, lambda: "✖ STALE box:999" in app.screen.query_one("#supervisors").render().plain,
+                        message="the Workers tab")
+            text = await screen_text(pilot)
             assert "✖ STALE box:999" in text and "● box:4242" in text
 
             # A job enqueued now shows up on a later refresh, and its cell stands out as changed.
