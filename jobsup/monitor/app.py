@@ -75,7 +75,8 @@ class Requeued(Message):
 
 
 class FilterInput(Input):
-    BINDINGS = [Binding("escape", "app.clear_filter", show=False)]
+    # Shown in the footer while the filter has the focus (the app's letter keys are typed into it then).
+    BINDINGS = [Binding("enter", "submit", "Keep the filter"), Binding("escape", "app.clear_filter", "Clear it")]
 
 
 class TopApp(App[None]):
