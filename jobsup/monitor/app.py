@@ -45,11 +45,12 @@ KEYS: list[Binding] = [
     Binding("r,R", "refuse", show=False),
     # The tab bar shows these keys, so the footer does not repeat them.
     *(Binding(p.TAB.key, f"show_tab({p.TAB.id!r})", p.TAB.title, show=False,
-              tooltip=f"the {p.TAB.title} tab: {p.TAB.description}") for p in TABS),
+              tooltip=f"{p.TAB.title} tab: {p.TAB.description}") for p in TABS),
 ]
 # Keys that are not bindings of the app, for the help screen.
-OTHER_KEYS = [("Tab / Shift+Tab", "the next / previous panel, through every tab"),
-              ("↑ ↓ PgUp PgDn Home End", "move in a panel"),
+OTHER_KEYS = [("Tab ⇧Tab", "the next / previous panel, through every tab"),
+              ("↑ ↓ PgUp PgDn", "move in a panel"),
+              ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
               ("Enter", "open the selected job (dead jobs, busy workers)"), ("Ctrl+P", "command palette")]
 WRITES = {"requeue", "requeue_scope"}
 

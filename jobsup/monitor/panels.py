@@ -327,7 +327,8 @@ class WorkersPanel(Panel):
                 (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim"),
                 f"  up {fig.age(fig.since(sup.started_at, figures.now))}  {sup.procs} procs"
                 f"  {fig.count(sup.jobs_done)} done  queues {','.join(sup.queues)}")
-            line.truncate(max(10, self.size.width - 2), overflow="ellipsis")
+            if self.size.width:  # 0 while its tab is hidden: cut when shown (on_resize redraws)
+                line.truncate(max(10, self.size.width - 2), overflow="ellipsis")
             lines.append(line)
             tag = f"{sup.pid}"
             for w in sup.workers:

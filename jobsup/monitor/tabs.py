@@ -55,7 +55,7 @@ class Pane(Vertical):
 
 
 class JobsPane(Pane):
-    TAB = Tab("jobs", "Jobs", "1", "jobs by kind, queues and their oldest ready job, throughput")
+    TAB = Tab("jobs", "Jobs", "1", "counts by kind, queues, throughput")
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -66,7 +66,7 @@ class JobsPane(Pane):
 
 
 class DeadPane(Pane):
-    TAB = Tab("dead", "Dead", "2", "dead jobs, newest first, and grouped by kind and last error")
+    TAB = Tab("dead", "Dead", "2", "dead jobs, newest first; grouped by error")
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -89,7 +89,7 @@ class WorkersPane(Pane):
 
 
 class ReaperPane(Pane):
-    TAB = Tab("reaper", "Reaper", "4", "jobs the reaper returned from expired leases")
+    TAB = Tab("reaper", "Reaper", "4", "jobs returned from expired leases")
 
     def compose(self) -> ComposeResult:
         yield ReaperPanel(id="reaper-panel")
