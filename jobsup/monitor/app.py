@@ -26,7 +26,7 @@ from .figures import Figures, Scope
 from .panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
 from .screens import Confirm, HelpScreen, JobScreen
 from .source import Source
-from .tabs import PINNED, TABS, TALL, WIDE, Pane, tab_bar
+from .tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -105,8 +105,7 @@ class TopApp(App[None]):
         self.down: str | None = None  # why the last refresh failed, while the figures are stale
         self.refreshes = 0  # successful refreshes, for tests and the curious
         self._figures_at = 0.0  # time.monotonic() when the figures arrived
-        self.tab = PINNED  # the tab of the focused panel
-        self.lower = TABS[1].TAB.id  # the tab shown below the pinned one on a large terminal
+        self.tabs = Tabs()
         self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
@@ -132,7 +131,7 @@ class TopApp(App[None]):
 
     def on_mount(self) -> None:
         self.main = self.screen  # the panels' screen; self.screen is a dialog while one is open
-        self._show_panes()
+        self._select_tab(self.tabs.tab)
         self.main.query_one("#kinds", DataTable).focus()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._render())
         self._render()
@@ -152,21 +151,21 @@ class TopApp(App[None]):
     def _pane(self, tab: str) -> Pane:
         return self.main.query_one(f"#pane-{tab}", Pane)
 
-    def _show_panes(self) -> None:
-        for pane in self.main.query(Pane):
-            pane.set_class(pane.TAB.id == self.tab, "-active")
-            pane.set_class(pane.TAB.id == self.lower, "-lower")
+    @property
+    def tab(self) -> str:
+        """The tab of the focused panel."""
+        return self.tabs.tab
 
-    def _visible(self, tab: str) -> bool:
-        return tab in (PINNED, self.lower) if self.pinned else tab == self.tab
+    def _select_tab(self, tab: str) -> None:
+        self.tabs.select(tab)
+        for pane in self.main.query(Pane):
+            pane.set_class(pane.TAB.id == self.tabs.tab, "-active")
+            pane.set_class(pane.TAB.id == self.tabs.lower, "-lower")
+        self._render_tabs()
 
     def action_show_tab(self, tab: str) -> None:
         """Show a tab and focus its first panel."""
-        self.tab = tab
-        if tab != PINNED:
-            self.lower = tab
-        self._show_panes()
-        self._render_tabs()
+        self._select_tab(tab)
         table = self._pane(tab).first_table()
         if table is not None:
             # After the next layout: a table that was hidden cannot take the focus yet.
@@ -176,11 +175,7 @@ class TopApp(App[None]):
         """The tab follows the focus, whether it came from Tab, a key or a click."""
         pane = next((node for node in event.widget.ancestors if isinstance(node, Pane)), None)
         if pane is not None and pane.TAB.id != self.tab:
-            self.tab = pane.TAB.id
-            if self.tab != PINNED:
-                self.lower = self.tab
-            self._show_panes()
-            self._render_tabs()
+            self._select_tab(pane.TAB.id)
 
     def _panel_tables(self) -> list[DataTable]:
         return [t for pane in self.main.query(Pane) for t in pane.query(DataTable)]
@@ -191,12 +186,8 @@ class TopApp(App[None]):
         here = tables.index(focused) if focused in tables else -1 if step > 0 else 0
         table = tables[(here + step) % len(tables)]
         pane = next(node for node in table.ancestors if isinstance(node, Pane))
-        if not self._visible(pane.TAB.id):
-            self.tab = pane.TAB.id
-            if self.tab != PINNED:
-                self.lower = self.tab
-            self._show_panes()
-            self._render_tabs()
+        if not self.tabs.visible(pane.TAB.id, self.pinned):
+            self._select_tab(pane.TAB.id)
             self.call_after_refresh(table.focus)
         else:
             table.focus()
@@ -218,9 +209,9 @@ class TopApp(App[None]):
         if not self.is_running or not self.main.is_attached:
             return
         view = self._view()
-        shown = self.lower if self.pinned else self.tab
         badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self.main.query(Pane)]
-        self.main.query_one("#tabbar", Static).update(tab_bar(badges, shown, f"reverse {view.accent}", "dim"))
+        self.main.query_one("#tabbar", Static).update(tab_bar(badges, self.tabs.marked(self.pinned),
+                                                              f"reverse {view.accent}", "dim"))
 
     # --- refreshing ----------------------------------------------------------------------------
 

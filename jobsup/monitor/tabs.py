@@ -103,6 +103,32 @@ TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane)
 PINNED = TABS[0].TAB.id  # the tab kept in view on a large terminal
 
 
+@dataclass
+class Tabs:
+    """Which tab has the focus, and which one shows below the pinned tab on a large terminal.
+
+    >>> t = Tabs()
+    >>> t.select("workers"); t.select("jobs")
+    >>> t.tab, t.lower, t.visible("workers", pinned=True), t.visible("workers", pinned=False)
+    ('jobs', 'workers', True, False)
+    """
+
+    tab: str = PINNED
+    lower: str = TABS[1].TAB.id
+
+    def select(self, tab: str) -> None:
+        self.tab = tab
+        if tab != PINNED:
+            self.lower = tab
+
+    def visible(self, tab: str, pinned: bool) -> bool:
+        return tab in (PINNED, self.lower) if pinned else tab == self.tab
+
+    def marked(self, pinned: bool) -> str:
+        """The tab the tab bar marks: the one below it when the first tab is pinned above it."""
+        return self.lower if pinned else self.tab
+
+
 def tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str = "") -> Text:
     """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
 
