@@ -442,6 +442,10 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
                 assert shown == [tab]
                 assert f"[{key} " in (await screen_text(pilot)).splitlines()[3]  # the tab bar marks it
 
+            # A click on a tab's title shows it too.
+            await pilot.click("#tabbar", offset=(30, 0))
+            await until(pilot, lambda: app.focused is not None and app.focused.id == "workers", message="the click")
+
             # The help screen and the palette name the tabs' keys.
             await pilot.press("question_mark")
             await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
