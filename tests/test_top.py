@@ -14,8 +14,10 @@ import asyncio
 import io
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Coroutine
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
@@ -34,6 +36,7 @@ from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
+from jobsup.monitor.tabs import Pane
 
 from .helpers import ROOT, jobsup, wait_for_async
 
@@ -67,8 +70,11 @@ def rows(app: TopApp, table_id: str) -> dict[str, list[str]]:
 
 
 async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
-    """Focus a table and put its cursor on a row, as Tab and the arrows would; wait until it is so."""
+    """Show a table's tab, focus it and put its cursor on a row, as a key and the arrows would."""
     table = pilot.app.query_one(f"#{table_id}", DataTable)
+    pane = next(node for node in table.ancestors if isinstance(node, Pane))
+    pilot.app.action_show_tab(pane.TAB.id)
+    await until(pilot, lambda: pilot.app.focused is pane.first_table(), message=f"the {pane.TAB.id} tab")
     table.focus()
     table.move_cursor(row=table.get_row_index(key))
     await until(pilot, lambda: pilot.app.focused is table and panels.selected_key(table) == key,
@@ -128,7 +134,8 @@ def test_figures_match_the_database(conn, dsn):
                  "('reaped', 'sup-a', 2, '{11,12}', '{\"from\": [\"sup-gone\"], \"dead\": 1}')")
 
     async def scenario() -> None:
-        app = app_for(dsn)
+        # The live supervisor's heartbeat is written once: it must not turn stale on a slow machine.
+        app = app_for(dsn, stale_after=30)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
             counts = {r[0]: r[1] for r in conn.execute(
@@ -152,7 +159,12 @@ def test_figures_match_the_database(conn, dsn):
             assert next(iter(rows(app, "reaper").values()))[2:5] == ["2", "1", "sup-gone"]
             text = await screen_text(pilot)
             assert "ready 3  scheduled 1  running 2  dead 2" in text
-            assert "supervisors 1 (+1 stale)" in text and "workers 1/2 busy" in text
+            # Stale since its last heartbeat, 60 s before the test began (and however long it has run).
+            assert re.search(r"supervisors 1 \+1 stale since \dm\d\ds", text) and "workers 1/2 busy" in text
+            await pilot.press("3")  # the Workers tab
+            await until(pilot, lambda: "✖ STALE box:999" in app.screen.query_one("#supervisors").render().plain,
+                        message="the Workers tab")
+            text = await screen_text(pilot)
             assert "✖ STALE box:999" in text and "● box:4242" in text
 
             # A job enqueued now shows up on a later refresh, and its cell stands out as changed.
@@ -327,6 +339,133 @@ def test_filter_narrows_the_tables(conn, dsn):
     run(scenario)
 
 
+# --- dead jobs arriving, and the job screen's clock ------------------------------------------------
+
+
+def dead_line(text: str, job_id: int) -> int:
+    """The screen line that shows a dead job's row."""
+    return next(n for n, line in enumerate(text.splitlines()) if line.startswith(f"│ {job_id} "))
+
+
+def test_dead_jobs_follow_the_newest_until_the_cursor_moves(conn, dsn):
+    make_dead(conn, "email", 20, "SMTP timeout")
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: len(rows(app, "dead")) == 20, message="the dead jobs")
+            await pilot.press("2")
+            table = app.query_one("#dead", DataTable)
+            await until(pilot, lambda: app.focused is table, message="the Dead tab")
+
+            # The cursor on the first row: new dead jobs come in at the top, and the cursor with them.
+            new = make_dead(conn, "email", 2, "SMTP timeout")
+            await until(pilot, lambda: panels.selected_key(table) == str(max(new)), message="the newest")
+            assert table.cursor_row == 0 and table.scroll_y == 0
+
+            # Moved down: that job stays selected on its line of the screen; the newer rows wait above, counted.
+            await pilot.press("down", "down", "down")
+            held = int(panels.selected_key(table))
+            line = dead_line(await screen_text(pilot), held)
+            newer = make_dead(conn, "email", 3, "SMTP timeout")
+            await until(pilot, lambda: str(max(newer)) in rows(app, "dead") and table.scroll_y == 3,
+                        message="the newer rows above the view")
+            text = await screen_text(pilot)
+            assert panels.selected_key(table) == str(held) and dead_line(text, held) == line
+            assert "↑ 3 newer" in text and f"│ {max(newer)} " not in text
+            await pilot.press("r")  # r still takes the held job, not one that arrived
+            await until(pilot, lambda: status(conn, held) == "queued", message="the requeue")
+            assert all(status(conn, i) == "dead" for i in newer)
+
+            # Home: back to the newest, and following again.
+            await pilot.press("home")
+            latest = make_dead(conn, "email", 1, "SMTP timeout", queue_name="later")  # the requeued one waits in default
+            await until(pilot, lambda: panels.selected_key(table) == str(latest[0]), message="the newest again")
+            assert table.cursor_row == 0 and "newer" not in await screen_text(pilot)
+
+    run(scenario)
+
+
+def test_the_job_screen_counts_its_relative_times_on(conn, dsn):
+    [job_id] = make_dead(conn, "email", 1, "SMTP timeout")
+
+    def finished(text: str) -> str:
+        return next(line for line in text.splitlines() if "finished" in line).split("(")[1].split(")")[0]
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: str(job_id) in rows(app, "dead"), message="the dead job")
+            await select(pilot, "dead", str(job_id))
+            await pilot.press("enter")
+            await until(pilot, lambda: isinstance(app.screen, JobScreen), message="the job screen")
+            app.paused = True  # no refresh: the clock of the screen alone moves its times
+            first = finished(await screen_text(pilot))
+            assert first.endswith(" ago")
+            # The screen's text is read by awaiting, so this polls by hand, with the same kind of deadline.
+            deadline = time.monotonic() + 10
+            later = first
+            while later == first and time.monotonic() < deadline:
+                await pilot.pause(0.2)
+                later = finished(await screen_text(pilot))
+            assert later != first and later.endswith(" ago"), (first, later)
+
+    run(scenario)
+
+
+# --- tabs ------------------------------------------------------------------------------------------
+
+
+def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24), notifications=True) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            # Tab walks every panel of every tab, showing each tab in turn, and comes back round.
+            seen = []
+            for _ in range(6):
+                seen.append((app.tab, app.focused.id))
+                await pilot.press("tab")
+                await until(pilot, lambda: app.focused is not None and app.focused.id != seen[-1][1],
+                            message="the next panel")
+            assert seen == [("jobs", "kinds"), ("jobs", "queues"), ("dead", "dead"), ("dead", "groups"),
+                            ("workers", "workers"), ("reaper", "reaper")]
+            assert (app.tab, app.focused.id) == ("jobs", "kinds")
+            await pilot.press("shift+tab")
+            await until(pilot, lambda: app.focused.id == "reaper", message="the previous panel")
+
+            # Each tab's key shows it (and only it, on a small terminal) with its first panel focused.
+            for key, tab, first in (("2", "dead", "dead"), ("3", "workers", "workers"), ("1", "jobs", "kinds")):
+                await pilot.press(key)
+                await until(pilot, lambda: app.focused is not None and app.focused.id == first, message=tab)
+                shown = [p.TAB.id for p in app.query(Pane) if p.display]
+                assert shown == [tab]
+                assert f"[{key} " in (await screen_text(pilot)).splitlines()[3]  # the tab bar marks it
+
+            # A click on a tab's title shows it too.
+            await pilot.click("#tabbar", offset=(30, 0))
+            await until(pilot, lambda: app.focused is not None and app.focused.id == "workers", message="the click")
+
+            # The help screen and the palette name the tabs' keys.
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
+            assert "Reaper tab: jobs returned from expired leases" in await screen_text(pilot)
+            await pilot.press("escape")
+            assert {c.title for c in app.get_system_commands(app.screen)} >= {
+                "Show the Jobs tab", "Show the Dead tab", "Show the Workers tab", "Show the Reaper tab"}
+
+            # A notification shows while the filter is open: it does not cover the filter.
+            await pilot.press("slash", *"mail")
+            app.notify("requeued 412 dead email jobs", timeout=30)
+            toasts = await until(pilot, lambda: [t for t in app.screen.query("Toast") if t.region],
+                                 message="the notification")
+            box = app.query_one("#filter")
+            assert box.region and not any(box.region.overlaps(t.region) for t in toasts)
+            assert app.match == "mail"
+
+    run(scenario)
+
+
 # --- losing the database ---------------------------------------------------------------------------
 
 
@@ -451,8 +590,10 @@ class FixedSource:
         pass
 
 
-@pytest.mark.parametrize("size", [(160, 48), (80, 24)])
-def test_snapshot_of_the_whole_screen(size):
+# 160×48 shows the Jobs tab pinned above the Dead tab; 80×24 one tab at a time, each of them.
+@pytest.mark.parametrize("size, tab", [((160, 48), None), ((80, 24), None), ((80, 24), "dead"),
+                                       ((80, 24), "workers"), ((80, 24), "reaper")])
+def test_snapshot_of_the_whole_screen(size, tab):
     async def scenario() -> None:
         app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]
         async with app.run_test(size=size) as pilot:
@@ -460,9 +601,13 @@ def test_snapshot_of_the_whole_screen(size):
                 await until(pilot, lambda: app.refreshes >= n, message=f"refresh {n}")
                 if n < 6:
                     app.refresh_now()
+            if tab:
+                app.action_show_tab(tab)
+                await until(pilot, lambda: app.focused is app.query_one(f"#pane-{tab}", Pane).first_table(),
+                            message=f"the {tab} tab")
             await pilot.pause()
             text = await screen_text(pilot)
-        path = SNAPSHOTS / f"top_{size[0]}x{size[1]}.txt"
+        path = SNAPSHOTS / f"top_{size[0]}x{size[1]}{'_' + tab if tab else ''}.txt"
         if UPDATE_SNAPSHOTS or not path.exists():
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)

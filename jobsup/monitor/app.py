@@ -6,14 +6,15 @@ back as messages, and one handler reports any worker that failed. At most one re
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
-from datetime import tzinfo
+from datetime import datetime, timedelta, tzinfo
 
 from rich.text import Text
-from textual import on
+from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
@@ -22,10 +23,10 @@ from textual.worker import Worker, WorkerState
 from ..errors import DatabaseUnavailable
 from . import figures as fig
 from .figures import Figures, Scope
-from .panels import (DeadPanel, GroupsPanel, KindsPanel, Panel, QueuesPanel, ReaperPanel, ThroughputPanel,
-                     View, WorkersPanel, group_scope, pack, selected_key, worker_job)
+from .panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
 from .screens import Confirm, HelpScreen, JobScreen
 from .source import Source
+from .tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -42,9 +43,14 @@ KEYS: list[Binding] = [
     Binding("q", "quit", "Quit", tooltip="quit"),
     # In --read-only mode r and R fall through to this one, which says why nothing happens.
     Binding("r,R", "refuse", show=False),
+    # The tab bar shows these keys, so the footer does not repeat them.
+    *(Binding(p.TAB.key, f"show_tab({p.TAB.id!r})", p.TAB.title, show=False,
+              tooltip=f"{p.TAB.title} tab: {p.TAB.description}") for p in TABS),
 ]
 # Keys that are not bindings of the app, for the help screen.
-OTHER_KEYS = [("Tab / Shift+Tab", "move between panels"), ("↑ ↓ PgUp PgDn", "move in a panel"),
+OTHER_KEYS = [("Tab ⇧Tab", "the next / previous panel, through every tab"),
+              ("↑ ↓ PgUp PgDn", "move in a panel"),
+              ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
               ("Enter", "open the selected job (dead jobs, busy workers)"), ("Ctrl+P", "command palette")]
 WRITES = {"requeue", "requeue_scope"}
 
@@ -70,14 +76,17 @@ class Requeued(Message):
 
 
 class FilterInput(Input):
-    BINDINGS = [Binding("escape", "app.clear_filter", show=False)]
+    # Shown in the footer while the filter has the focus (the app's letter keys are typed into it then).
+    BINDINGS = [Binding("enter", "submit", "Keep the filter"), Binding("escape", "app.clear_filter", "Clear it")]
 
 
 class TopApp(App[None]):
     CSS_PATH = "top.tcss"
     TITLE = "jobsup top"
     BINDINGS = KEYS
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (120, "-wide")]
+    # Side by side from WIDE columns; the Jobs tab pinned above the others from WIDE × TALL (top.tcss).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
 
     def __init__(self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, warn_age: float = fig.DEFAULT_WARN_AGE,
                  stale_after: float = fig.STALE_AFTER, read_only: bool = False, tz: tzinfo | None = None) -> None:
@@ -95,6 +104,9 @@ class TopApp(App[None]):
         self.paused = False
         self.down: str | None = None  # why the last refresh failed, while the figures are stale
         self.refreshes = 0  # successful refreshes, for tests and the curious
+        self._figures_at = 0.0  # time.monotonic() when the figures arrived
+        self.tabs = Tabs()
+        self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
 
@@ -104,29 +116,102 @@ class TopApp(App[None]):
         yield Static(id="title")
         yield Static(id="banner")
         yield Static(id="headline")
-        with Vertical(id="panels"):
-            with Horizontal(classes="band"):
-                yield KindsPanel(id="kinds-panel")
-                with Vertical(id="side"):
-                    yield QueuesPanel(id="queues-panel")
-                    yield ThroughputPanel(id="throughput-panel")
-            with Horizontal(classes="band"):
-                yield DeadPanel(id="dead-panel")
-                yield GroupsPanel(id="groups-panel")
-            with Horizontal(classes="band"):
-                yield WorkersPanel(id="workers-panel")
-                yield ReaperPanel(id="reaper-panel")
+        yield Static(id="health")
+        # Up here, not above the footer: notifications appear bottom right and would cover it.
         yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)",
                           id="filter")
+        with Vertical(id="body"):
+            first, *others = TABS
+            yield first()
+            # Docked to the top of the body, unless the first tab is pinned: then between it and the rest.
+            yield Static(id="tabbar")
+            for pane in others:
+                yield pane()
         yield Footer()
 
     def on_mount(self) -> None:
         self.main = self.screen  # the panels' screen; self.screen is a dialog while one is open
+        self._select_tab(self.tabs.tab)
         self.main.query_one("#kinds", DataTable).focus()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._render())
         self._render()
         self.set_interval(self.refresh_every, self._tick)
         self.refresh_now()
+
+    def on_resize(self, event: events.Resize) -> None:
+        self.call_after_refresh(self._render)  # the tab bar reads whether the first tab is pinned
+
+    # --- tabs ------------------------------------------------------------------------------------
+
+    @property
+    def pinned(self) -> bool:
+        """Whether the first tab stays in view above the others (a terminal of at least WIDE × TALL)."""
+        return self.main.has_class("-wide") and self.main.has_class("-tall")
+
+    def _pane(self, tab: str) -> Pane:
+        return self.main.query_one(f"#pane-{tab}", Pane)
+
+    @property
+    def tab(self) -> str:
+        """The tab of the focused panel."""
+        return self.tabs.tab
+
+    def _select_tab(self, tab: str) -> None:
+        self.tabs.select(tab)
+        for pane in self.main.query(Pane):
+            pane.set_class(pane.TAB.id == self.tabs.tab, "-active")
+            pane.set_class(pane.TAB.id == self.tabs.lower, "-lower")
+        self._render_tabs()
+
+    def action_show_tab(self, tab: str) -> None:
+        """Show a tab and focus its first panel."""
+        self._select_tab(tab)
+        table = self._pane(tab).first_table()
+        if table is not None:
+            # After the next layout: a table that was hidden cannot take the focus yet.
+            self.call_after_refresh(table.focus)
+
+    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
+        """The tab follows the focus, whether it came from Tab, a key or a click."""
+        pane = next((node for node in event.widget.ancestors if isinstance(node, Pane)), None)
+        if pane is not None and pane.TAB.id != self.tab:
+            self._select_tab(pane.TAB.id)
+
+    def _panel_tables(self) -> list[DataTable]:
+        return [t for pane in self.main.query(Pane) for t in pane.query(DataTable)]
+
+    def _cycle(self, step: int) -> None:
+        tables = self._panel_tables()
+        focused = self.focused
+        here = tables.index(focused) if focused in tables else -1 if step > 0 else 0
+        table = tables[(here + step) % len(tables)]
+        pane = next(node for node in table.ancestors if isinstance(node, Pane))
+        if not self.tabs.visible(pane.TAB.id, self.pinned):
+            self._select_tab(pane.TAB.id)
+            self.call_after_refresh(table.focus)
+        else:
+            table.focus()
+
+    def action_focus_next(self) -> None:
+        # Tab walks the panels of every tab, showing the tab of the next one: Tab alone reaches everything.
+        if self.screen is self.main and not isinstance(self.focused, Input):
+            self._cycle(1)
+        else:
+            super().action_focus_next()
+
+    def action_focus_previous(self) -> None:
+        if self.screen is self.main and not isinstance(self.focused, Input):
+            self._cycle(-1)
+        else:
+            super().action_focus_previous()
+
+    def _render_tabs(self) -> None:
+        if not self.is_running or not self.main.is_attached:
+            return
+        view = self._view()
+        badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self.main.query(Pane)]
+        self.main.query_one("#tabbar", Static).update(tab_bar(badges, self.tabs.marked(self.pinned),
+                                                              f"reverse {view.accent}", "dim"))
 
     # --- refreshing ----------------------------------------------------------------------------
 
@@ -158,6 +243,7 @@ class TopApp(App[None]):
 
     def on_figures_ready(self, message: FiguresReady) -> None:
         self.previous, self.figures = self.figures, message.figures
+        self._figures_at = time.monotonic()
         total = message.figures.total
         self.throughput.add(message.figures.now.timestamp(), total.done, total.failed)
         if self.down is not None:
@@ -197,8 +283,8 @@ class TopApp(App[None]):
         self.main.query_one("#title", Static).update(self._title_line())
         banner = self.main.query_one("#banner", Static)
         banner.set_class(self.down is not None, "-shown")
-        panels = self.main.query_one("#panels")
-        panels.set_class(self.down is not None, "-stale")
+        body = self.main.query_one("#body")
+        body.set_class(self.down is not None, "-stale")
         if self.down is not None:
             when = f" · the figures below are from {self._clock()}" if self.figures else ""
             banner.update(Text(f"⚠ database unavailable: {self.down}{when} · reconnecting…"))
@@ -206,25 +292,40 @@ class TopApp(App[None]):
             self.main.query_one("#headline", Static).update(Text("connecting to the database…", style="dim"))
             return
         self.main.query_one("#headline", Static).update(self._headline(self.figures, view))
+        health = self._health(self.figures, view)
+        self.main.query_one("#health", Static).update(health or "")
+        self.main.query_one("#health", Static).set_class(bool(health), "-shown")
         for panel in self.main.query(Panel):
             panel.update(self.figures, view)
         self.main.query_one(ThroughputPanel).show_rates(self.throughput)
+        self._render_tabs()
 
     def _clock(self) -> str:
         return f"{self.figures.now.astimezone(self.tz):%H:%M:%S}" if self.figures else "-"
 
+    def db_now(self) -> datetime | None:
+        """The database's clock now, as the last figures and the time since they came tell it."""
+        if self.figures is None:
+            return None
+        return self.figures.now + timedelta(seconds=time.monotonic() - self._figures_at)
+
     def _title_line(self) -> Text:
         state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
         style = {"stale": "bold reverse", "paused": "bold reverse", "live": "bold"}.get(state, "")
-        # The database comes last: it is the part a narrow terminal can lose.
-        parts: list[tuple[str, str] | str] = [("jobsup top ", "bold"), (f" {state} ", style), f" {self._clock()}",
-                                              f" · every {fig.age(self.refresh_every)}"]
+        parts: list[tuple[str, str] | str] = [("jobsup top ", "bold"), (f" {state} ", style), f" {self._clock()}"]
         if self.match:
             parts.append(("  filter: " + self.match, "bold"))
         if self.read_only:
             parts.append(("  READ-ONLY", "bold"))
-        parts.append(f"  {self.source.label}")
-        return Text.assemble(*parts)
+        line = Text.assemble(*parts)
+        # The database is always named, cut in its middle if it must be; the refresh interval only if it fits.
+        room = (self.main.query_one("#title").size.width or self.size.width) - 2
+        every = f"  every {fig.age(self.refresh_every)}"
+        label = fig.middle_cut(self.source.label, max(12, room - line.cell_len - 2))
+        line.append(f"  {label}")
+        if line.cell_len + len(every) <= room:
+            line.append(every, style="dim")
+        return line
 
     def _headline(self, figures: Figures, view: View) -> Text:
         total = figures.total
@@ -234,18 +335,25 @@ class TopApp(App[None]):
         minute = self.throughput.last_minute("done")
         done_minute = "-" if minute is None else ("" if minute[1] else "~") + fig.count(minute[0])
         oldest = figures.oldest_ready
-        stale = len(figures.supervisors) - len(live)
+        stale = fig.stale_note(figures.supervisors, self.stale_after)
         items = [("ready", fig.count(total.ready), ""), ("scheduled", fig.count(total.scheduled), ""),
                  ("running", fig.count(total.running), ""),
                  ("dead", fig.count(total.dead), view.error if total.dead else ""),
-                 ("done/min", done_minute, ""),
                  ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-                 ("supervisors", f"{len(live)}" + (f" (+{stale} stale)" if stale else ""),
-                  view.error if stale else ""),
+                 ("done/min", done_minute, ""),
+                 ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
                  ("workers", f"{busy}/{len(workers)} busy", "")]
         width = self.main.query_one("#headline").size.width - 2
         return pack([Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
                     width if width > 0 else self.size.width - 2)
+
+    def _health(self, figures: Figures, view: View) -> Text | None:
+        """One line of warning under the header when something needs the operator (none is read yet).
+
+        The place for what the database or the supervisors report as unhealthy, such as
+        "vacuum held back 14m by pid 4211 (idle in transaction)": return it here and it shows.
+        """
+        return None
 
     # --- actions -------------------------------------------------------------------------------
 
@@ -268,7 +376,7 @@ class TopApp(App[None]):
         table = self._focused_table()
         key = selected_key(table) if table is not None and table.id == "dead" else None
         if key is None:
-            self.notify("select a dead job first (Tab to the dead jobs table); R requeues a whole kind or group",
+            self.notify("select a dead job first (2: the Dead tab); R requeues a whole kind or group",
                         severity="warning")
             return
         job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None) if self.figures else None
@@ -321,6 +429,8 @@ class TopApp(App[None]):
 
     def action_filter(self) -> None:
         box = self.main.query_one(FilterInput)
+        if not isinstance(self.focused, Input):
+            self._before_filter = self._focused_table()
         box.add_class("-shown")
         box.value = self.match or ""
         # At once, not after a refresh as focus() does: keys typed right after / belong to the filter.
@@ -336,14 +446,16 @@ class TopApp(App[None]):
     def _filter_submitted(self, event: Input.Submitted) -> None:
         box = self.main.query_one(FilterInput)
         box.remove_class("-shown")
-        self.main.query_one("#dead", DataTable).focus()
+        self.action_show_tab("dead")  # what the filter narrows most: the dead jobs and their groups
 
     def action_clear_filter(self) -> None:
         box = self.main.query_one(FilterInput)
         was_open = box.has_class("-shown")
         box.remove_class("-shown")
         if was_open:
-            self.main.query_one("#kinds", DataTable).focus()
+            back = self._before_filter if self._before_filter is not None and self._before_filter.is_attached \
+                else self.main.query_one("#kinds", DataTable)
+            back.focus()
         if self.match is not None or box.value:
             box.value = ""  # posts Input.Changed, which clears the match and refreshes
             self.match = None
@@ -377,8 +489,9 @@ class TopApp(App[None]):
         if job is None:
             self.notify(f"job {job_id} no longer exists", severity="warning")
             return
-        now = self.figures.now if self.figures else job["created_at"]
-        answer = await self.push_screen_wait(JobScreen(job, now, tz=self.tz, read_only=self.read_only))
+        # The job's relative times count on from the database's clock while the screen is open.
+        answer = await self.push_screen_wait(JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz,
+                                                       read_only=self.read_only))
         if answer == "requeue":
             await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
 
@@ -393,6 +506,9 @@ class TopApp(App[None]):
         yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
         yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)
         yield SystemCommand("Show the keys", "?", self.action_help)
+        for pane in TABS:
+            yield SystemCommand(f"Show the {pane.TAB.title} tab", f"{pane.TAB.key}: {pane.TAB.description}",
+                                lambda tab=pane.TAB.id: self.action_show_tab(tab))
 
     async def on_unmount(self) -> None:
         await self.source.close()

@@ -418,3 +418,35 @@ def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
         old = before.get(row.kind, KindRow(row.kind))
         cells.update((row.kind, name) for name in COUNT_COLUMNS if getattr(row, name) != getattr(old, name))
     return cells
+
+
+def stale_note(supervisors: Sequence[Supervisor], after: float = STALE_AFTER) -> str:
+    """How many supervisors are stale and since when (their last heartbeat), for the header.
+
+    >>> t = datetime(2026, 1, 1)
+    >>> sups = [Supervisor(str(i), "h", i, "0", (), 1, t, beat, "running", 0) for i, beat in enumerate((0.5, 48, 840))]
+    >>> stale_note(sups[:1]), stale_note(sups[:2]), stale_note(sups)
+    ('', '+1 stale since 48.0s', '+2 stale since 48.0s–14m00s')
+    """
+    ages = sorted(s.heartbeat_age for s in supervisors if s.stale(after))
+    if not ages:
+        return ""
+    since = age(ages[0]) if len(ages) == 1 or age(ages[0]) == age(ages[-1]) else f"{age(ages[0])}–{age(ages[-1])}"
+    return f"+{len(ages)} stale since {since}"
+
+
+def middle_cut(text: str, width: int) -> str:
+    """`text` cut to `width` characters in its middle, so both its start and its end stay readable.
+
+    >>> middle_cut("postgresql://postgres:@/postgres?host=/tmp/jobsup-data/pg", 40)
+    'postgresql://postgr…=/tmp/jobsup-data/pg'
+    >>> middle_cut("abcdef", 3), middle_cut("abc", 3)
+    ('a…f', 'abc')
+    """
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return "…"[:width]
+    head = (width - 1) // 2
+    tail = width - 1 - head
+    return text[:head] + "…" + text[len(text) - tail:]

@@ -12,6 +12,7 @@ from datetime import tzinfo
 
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Label, Sparkline, Static
@@ -43,12 +44,16 @@ def selected_key(table: DataTable) -> str | None:
     return table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0)).row_key.value
 
 
-def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
-    """Show `rows` (key, cells), keeping the scroll where it was.
+def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]], newest_first: bool = False) -> int:
+    """Show `rows` (key, cells), keeping the operator's place; the number of rows above the view.
 
     In the focused table the cursor stays on the row it was on, wherever that row moves: what the
-    operator selected is what r acts on. In the others it stays at its place, so the newest rows at the
-    top stay in view.
+    operator selected is what r acts on. In the others it stays at its place.
+
+    A `newest_first` table (the dead jobs) follows its newest row while the cursor is on the first row:
+    new rows arrive in view and the cursor moves to the newest. Once the operator has moved the cursor
+    down, it holds that row at the same line of the screen whatever arrives above it, and the count
+    returned says how many rows (newer ones) are out of sight above.
     """
     keys = [key for key, _ in rows]
     if keys == [row.key.value for row in table.ordered_rows]:
@@ -56,15 +61,29 @@ def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]]) -> None:
         for key, cells in rows:
             for column, cell in zip(columns, cells):
                 table.update_cell(key, column, cell, update_width=True)
-        return
-    selected, index, scroll = selected_key(table), table.cursor_row, table.scroll_y
+        return round(table.scroll_y)
+    selected, index, top = selected_key(table), table.cursor_row, round(table.scroll_y)
     table.clear()
     for key, cells in rows:
         table.add_row(*cells, key=key)
-    if rows:
-        follow = table.has_focus and selected in keys
-        table.move_cursor(row=keys.index(selected) if follow else min(index, len(rows) - 1), scroll=False)
-        table.scroll_y = scroll
+    if not rows:
+        return 0
+    if newest_first:
+        if index <= 0:
+            cursor, top = 0, 0
+        elif selected in keys:
+            cursor = keys.index(selected)
+            top = max(0, cursor - (index - top))  # the held row stays on its line of the screen
+        else:  # the held row is gone (requeued): the row that took its place
+            cursor = min(index, len(rows) - 1)
+        table.move_cursor(row=cursor, scroll=False)
+        # The new rows' height is known only after the next layout: scrolling now would be cut short.
+        table.call_after_refresh(table.scroll_to, y=top, animate=False)
+        return top
+    follow = table.has_focus and selected in keys
+    table.move_cursor(row=keys.index(selected) if follow else min(index, len(rows) - 1), scroll=False)
+    table.scroll_y = top
+    return top
 
 
 def last_column_width(panel_width: int, columns: Sequence[Sequence[str]], floor: int = 16) -> int:
@@ -133,6 +152,9 @@ class Panel(Vertical):
 
 class Table(DataTable):
     """A DataTable that selects whole rows and keeps its place across refreshes."""
+
+    # Rows only: Home and End go to the first and last row, not to the first and last column.
+    BINDINGS = [Binding("home", "scroll_top", show=False), Binding("end", "scroll_bottom", show=False)]
 
     def __init__(self, columns: Sequence[tuple[str, str, bool]], **kwargs) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
@@ -228,6 +250,7 @@ class ThroughputPanel(Panel):
 
 class DeadPanel(Panel):
     TITLE = "dead jobs, newest first"
+    newer_above = 0  # rows out of sight above the held row (see fill)
 
     def compose(self) -> ComposeResult:
         yield Table([("id", "id", True), ("kind", "kind", False), ("attempts", "att", True),
@@ -240,10 +263,13 @@ class DeadPanel(Panel):
                   fig.age(fig.since(j.done_at, figures.now)) + " ago" if j.done_at else "-"]
                  for j in figures.dead_jobs]
         width = last_column_width(self.size.width, list(zip(["id", "kind", "att", "died"], *cells)))
-        fill(self.query_one(Table), [
+        above = fill(self.query_one(Table), [
             (str(j.id), [right(c[0]), left(c[1]), right(c[2]), right(c[3]),
                          left(fig.short_error(j.last_error, width))])
-            for j, c in zip(figures.dead_jobs, cells)])
+            for j, c in zip(figures.dead_jobs, cells)], newest_first=True)
+        self.newer_above = above
+        # Said in the title, where the eye is when it looks for the newest: Home goes back to following.
+        self.border_title = self.TITLE + (f" · [b]↑ {above} newer[/b] (Home)" if above else "")
 
 
 class GroupsPanel(Panel):
@@ -294,12 +320,16 @@ class WorkersPanel(Panel):
         for sup in figures.supervisors:
             stale = sup.stale(view.stale_after)
             mark = Text("✖ STALE " if stale else "● ", style=view.error if stale else view.success)
-            lines.append(Text.assemble(
+            # One line each, whatever the width: the queues, the longest part, come last and are cut.
+            line = Text.assemble(
                 mark, (f"{sup.host}:{sup.pid}", "bold"),
-                f"  up {fig.age(fig.since(sup.started_at, figures.now))}  queues {','.join(sup.queues)}"
-                f"  {sup.procs} procs  {fig.count(sup.jobs_done)} done",
                 (f"  {sup.state}", view.warning) if sup.state != "running" else "",
-                (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim")))
+                (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim"),
+                f"  up {fig.age(fig.since(sup.started_at, figures.now))}  {sup.procs} procs"
+                f"  {fig.count(sup.jobs_done)} done  queues {','.join(sup.queues)}")
+            if self.size.width:  # 0 while its tab is hidden: cut when shown (on_resize redraws)
+                line.truncate(max(10, self.size.width - 2), overflow="ellipsis")
+            lines.append(line)
             tag = f"{sup.pid}"
             for w in sup.workers:
                 busy_for = fig.since(w.job_started_at, figures.now) if w.state == "busy" else None

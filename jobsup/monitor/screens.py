@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -95,28 +95,42 @@ def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None) ->
     return Group(*parts)
 
 
+# Seconds between redraws of the job screen, so "(4.0s ago)" counts on while it is open.
+JOB_TICK = 1.0
+
+
 class JobScreen(ModalScreen[str | None]):
-    """One job. Dismissed with "requeue" when the operator asks to requeue it (r, if it is dead)."""
+    """One job. Dismissed with "requeue" when the operator asks to requeue it (r, if it is dead).
+
+    `clock` tells the database's time now: the relative times are redrawn from it every `tick` seconds.
+    """
 
     BINDINGS = [
         Binding("escape,q,enter", "dismiss(None)", "Close", key_display="Esc"),
         Binding("r", "requeue", "Requeue"),
     ]
 
-    def __init__(self, job: dict[str, Any], now: datetime, *, tz: tzinfo | None = None,
-                 read_only: bool = False) -> None:
+    def __init__(self, job: dict[str, Any], clock: Callable[[], datetime], *, tz: tzinfo | None = None,
+                 read_only: bool = False, tick: float = JOB_TICK) -> None:
         super().__init__()
         self.job = job
-        self.now = now
+        self.clock = clock
         self.tz = tz
         self.read_only = read_only
+        self.tick = tick
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="job") as box:
             box.border_title = f"job {self.job['id']} · {self.job['kind']} · {self.job['status']}"
             box.border_subtitle = "Esc close" + (" · r requeue" if self._can_requeue() else "")
-            yield Static(job_details(self.job, self.now, self.tz))
+            yield Static(job_details(self.job, self.clock(), self.tz), id="job-details")
         yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(self.tick, self._redraw)
+
+    def _redraw(self) -> None:
+        self.query_one("#job-details", Static).update(job_details(self.job, self.clock(), self.tz))
 
     def _can_requeue(self) -> bool:
         return self.job["status"] == "dead" and not self.read_only

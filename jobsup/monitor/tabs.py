@@ -1,0 +1,148 @@
+"""The tabs of `jobsup top`: one resource per pane, as in k9s and Sidekiq's kiq, switched by a key.
+
+The tabs are data: the app builds the tab bar, the keys 1…n, the help screen and the command palette
+from TABS, and Tab / Shift+Tab walk the panels of every tab in this order. Adding a tab is a Pane
+subclass with its TAB, and one more entry in TABS.
+
+On a terminal of at least PINNED_SIZE the first tab (Jobs) stays in view above the tab bar and the
+other tabs share the rest; below it each tab has the whole screen (see top.tcss).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable
+
+from . import figures as fig
+from .figures import Figures
+from .panels import DeadPanel, GroupsPanel, KindsPanel, QueuesPanel, ReaperPanel, ThroughputPanel, View, WorkersPanel
+
+# Columns and lines from which the first tab stays in view above the others (and panels sit side by side
+# from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.
+WIDE = 120
+TALL = 40
+
+
+@dataclass(frozen=True)
+class Tab:
+    id: str  # the pane's id is pane-<id>; the action show_tab('<id>') shows it
+    title: str
+    key: str
+    description: str  # for the help screen and the command palette
+
+
+class Pane(Vertical):
+    """The content of one tab."""
+
+    TAB: ClassVar[Tab]
+
+    def __init__(self) -> None:
+        super().__init__(id=f"pane-{self.TAB.id}", classes="pane")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        """A short figure beside the tab's title in the tab bar (what it holds), or nothing."""
+        return ""
+
+    def first_table(self) -> DataTable | None:
+        return next(iter(self.query(DataTable)), None)
+
+
+class JobsPane(Pane):
+    TAB = Tab("jobs", "Jobs", "1", "counts by kind, queues, throughput")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="split"):
+            yield KindsPanel(id="kinds-panel")
+            with Vertical(id="side"):
+                yield QueuesPanel(id="queues-panel")
+                yield ThroughputPanel(id="throughput-panel")
+
+
+class DeadPane(Pane):
+    TAB = Tab("dead", "Dead", "2", "dead jobs, newest first; grouped by error")
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(classes="split"):
+            yield DeadPanel(id="dead-panel")
+            yield GroupsPanel(id="groups-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        return fig.count(figures.total.dead) if figures.total.dead else ""
+
+
+class WorkersPane(Pane):
+    TAB = Tab("workers", "Workers", "3", "supervisors and their workers")
+
+    def compose(self) -> ComposeResult:
+        yield WorkersPanel(id="workers-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        workers = [w for s in figures.live_supervisors(view.stale_after) for w in s.workers]
+        return f"{sum(w.state == 'busy' for w in workers)}/{len(workers)}" if workers else ""
+
+
+class ReaperPane(Pane):
+    TAB = Tab("reaper", "Reaper", "4", "jobs returned from expired leases")
+
+    def compose(self) -> ComposeResult:
+        yield ReaperPanel(id="reaper-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        rescued = sum(figures.reaped_per_minute)
+        return fig.count(rescued) if rescued else ""
+
+
+TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane)
+PINNED = TABS[0].TAB.id  # the tab kept in view on a large terminal
+
+
+@dataclass
+class Tabs:
+    """Which tab has the focus, and which one shows below the pinned tab on a large terminal.
+
+    >>> t = Tabs()
+    >>> t.select("workers"); t.select("jobs")
+    >>> t.tab, t.lower, t.visible("workers", pinned=True), t.visible("workers", pinned=False)
+    ('jobs', 'workers', True, False)
+    """
+
+    tab: str = PINNED
+    lower: str = TABS[1].TAB.id
+
+    def select(self, tab: str) -> None:
+        self.tab = tab
+        if tab != PINNED:
+            self.lower = tab
+
+    def visible(self, tab: str, pinned: bool) -> bool:
+        return tab in (PINNED, self.lower) if pinned else tab == self.tab
+
+    def marked(self, pinned: bool) -> str:
+        """The tab the tab bar marks: the one below it when the first tab is pinned above it."""
+        return self.lower if pinned else self.tab
+
+
+def tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str = "") -> Text:
+    """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
+
+    >>> print(tab_bar([(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")], "dead", "reverse").plain)
+     1 Jobs  [2 Dead 445]
+    """
+    out = Text()
+    for n, (tab, badge) in enumerate(tabs):
+        if n:
+            out.append(" ")
+        style = Style.parse(active if tab.id == shown else inactive or "none") + \
+            Style(meta={"@click": f"app.show_tab({tab.id!r})"})
+        # Brackets too, not only the colour: the shown tab stays plain on a monochrome terminal.
+        edges = "[]" if tab.id == shown else "  "
+        out.append(Text.assemble(f"{edges[0]}{tab.key} ", (tab.title, "bold"), f" {badge}" if badge else "",
+                                 edges[1], style=style))
+    return out
