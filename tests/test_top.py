@@ -31,6 +31,7 @@ from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from jobsup import queue
+from jobsup.doctor import Thresholds
 from jobsup.errors import JobsupError
 from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
@@ -111,6 +112,29 @@ def app_for(dsn: str, **kwargs: Any) -> TopApp:
 
 
 # --- figures, live ---------------------------------------------------------------------------------
+
+
+def test_a_snapshot_holding_back_vacuum_shows_as_the_health_line(conn, dsn):
+    holder = psycopg.connect(dsn)
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        pid = holder.info.backend_pid
+
+        async def scenario() -> None:
+            app = TopApp(Source(dsn, thresholds=Thresholds(max_xmin_age=0.05)), refresh=0.2, tz=timezone.utc)
+            async with app.run_test(size=(80, 24)) as pilot:
+                await until(pilot, lambda: app.figures is not None and app.figures.health,
+                            message="a health warning")
+                assert "vacuum held back" in app.figures.health and f"pid {pid}" in app.figures.health
+                assert f"pid {pid}" in await screen_text(pilot)
+                holder.rollback()
+                await until(pilot, lambda: app.figures.health is None, message="the warning to clear")
+                assert "vacuum held back" not in await screen_text(pilot)
+
+        run(scenario)
+    finally:
+        holder.close()
 
 
 def test_figures_match_the_database(conn, dsn):

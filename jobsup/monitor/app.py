@@ -348,12 +348,9 @@ class TopApp(App[None]):
                     width if width > 0 else self.size.width - 2)
 
     def _health(self, figures: Figures, view: View) -> Text | None:
-        """One line of warning under the header when something needs the operator (none is read yet).
-
-        The place for what the database or the supervisors report as unhealthy, such as
-        "vacuum held back 14m by pid 4211 (idle in transaction)": return it here and it shows.
-        """
-        return None
+        """One line of warning under the header when something needs the operator, such as
+        "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health)."""
+        return Text(f"⚠ {figures.health}", style=view.warning) if figures.health else None
 
     # --- actions -------------------------------------------------------------------------------
 

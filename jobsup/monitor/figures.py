@@ -116,6 +116,7 @@ class Figures:
     reaper_passes: tuple[ReaperPass, ...] = ()
     reaped_per_minute: tuple[int, ...] = ()  # oldest minute first, the current one last
     match: str | None = None  # the filter the database applied to the dead jobs and groups
+    health: str | None = None  # jobsup.health's one-line warning, None when all is well
 
     @property
     def total(self) -> KindRow:
@@ -163,7 +164,7 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
           oldest: Sequence[Mapping[str, Any]], dead_jobs: Sequence[Mapping[str, Any]],
           dead_groups: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]],
           passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
-          minutes: int = REAPER_MINUTES, match: str | None = None) -> Figures:
+          minutes: int = REAPER_MINUTES, match: str | None = None, health: str | None = None) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which)."""
     kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
@@ -188,6 +189,7 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
         reaper_passes=tuple(reaper_pass(r) for r in passes),
         reaped_per_minute=per_minute_series(per_minute, minutes),
         match=match,
+        health=health,
     )
 
 

@@ -18,6 +18,8 @@ from psycopg.rows import dict_row
 
 from .. import dsn as dsns
 from ..errors import DatabaseUnavailable, JobsupError, first_line
+from ..doctor import Thresholds
+from ..health import health_line
 from ..queue import arequeue_dead
 from ..sql import STATEMENTS as SQL
 from . import figures as fig
@@ -60,15 +62,18 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         ("supervisors", {}),
         ("console_reaper_passes", {"limit": PASS_LIMIT}),
         ("console_reaped_per_minute", {"minutes": minutes}),
+        ("health", {}),  # reads the server's state through functions, no table (jobsup/health.py)
     ]
 
 
 class Source:
     """Figures of one database for `jobsup top`."""
 
-    def __init__(self, dsn: str, *, read_only: bool = False, minutes: int = fig.REAPER_MINUTES) -> None:
+    def __init__(self, dsn: str, *, read_only: bool = False, minutes: int = fig.REAPER_MINUTES,
+                 thresholds: Thresholds = Thresholds()) -> None:
         dsns.check(dsn)
         self.dsn = dsn
+        self.thresholds = thresholds  # where the health line warns: jobsup doctor's defaults
         self.read_only = read_only
         self.minutes = minutes
         self._conn: psycopg.AsyncConnection | None = None
@@ -152,10 +157,12 @@ class Source:
                     await cur.execute(SQL[name], params)
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
-            (clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute = results
+            ((clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute,
+             (health,)) = results
             return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
                              dead_groups=dead_groups, supervisors=supervisors, passes=passes,
-                             per_minute=per_minute, minutes=self.minutes, match=match or None)
+                             per_minute=per_minute, minutes=self.minutes, match=match or None,
+                             health=health_line(health, self.thresholds))
 
         return await self._run(work)
 
