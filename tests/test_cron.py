@@ -259,3 +259,75 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     assert "orphaned" in table and "paused" not in table
     for sup in sups:
         assert sup.stop() == 0, sup.log()
+
+
+# --- the console ------------------------------------------------------------------------------------
+
+def test_the_console_runs_pauses_and_resumes_a_schedule(conn, dsn, start):
+    import asyncio
+
+    from textual.widgets import DataTable
+
+    from jobsup.monitor.app import TopApp
+    from jobsup.monitor.schedules import ConfirmSchedule, SchedulesScreen, rows
+    from jobsup.monitor.source import Source
+
+    from .helpers import wait_for_async
+
+    make_calls(conn)
+    sup = start("--procs", "1", app=APP, extra_env={"CRON_APP_INTERVAL": "200ms"})
+    wait_for(lambda: len(fires(conn, "tick")) >= 2, timeout=30, message="fires")
+
+    def paused() -> bool:
+        return conn.execute("SELECT paused FROM jobsup.schedules WHERE name = 'tick'").fetchone()[0]
+
+    async def scenario(read_only: bool) -> None:
+        app = TopApp(Source(dsn), refresh=0.2, read_only=read_only)
+        async with app.run_test(size=(120, 30)) as pilot:
+            async def until(condition, timeout=15.0, message="condition"):
+                return await wait_for_async(condition, pilot.pause, timeout, message=message)
+
+            await pilot.press("s")
+            panel = await until(lambda: isinstance(app.screen, SchedulesScreen) and app.screen.panel)
+            await until(lambda: panel.loads and {s.name for s in panel.schedules} == {"tick", "minutely"})
+            table = panel.query_one(DataTable)
+            table.move_cursor(row=table.get_row_index("tick"))
+            await until(lambda: panel.selected() == "tick")
+            if read_only:  # the keys are hidden, and pressed anyway they change nothing
+                assert panel.check_action("schedule", ("pause",)) is False and panel.border_subtitle == ""
+                for key in "PUn":
+                    await pilot.press(key)
+                await pilot.pause(0.3)
+                assert isinstance(app.screen, SchedulesScreen) and not paused()
+                return
+
+            await pilot.press("P")
+            await until(lambda: isinstance(app.screen, ConfirmSchedule), message="the question")
+            await pilot.press("y")
+            await until(paused, message="paused in the database")
+            paused_at = db_now(conn)
+            await until(lambda: db_now(conn) > paused_at + timedelta(seconds=2), message="2 s")
+            assert fires(conn, "tick")[-1] <= paused_at
+            await until(lambda: dict(rows(panel.schedules))["tick"][4].plain == "paused", message="shown paused")
+
+            await pilot.press("U")
+            await until(lambda: isinstance(app.screen, ConfirmSchedule))
+            await pilot.press("y")
+            await until(lambda: not paused(), message="resumed in the database")
+            resumed_at = db_now(conn)
+            await until(lambda: fires(conn, "tick")[-1] > resumed_at, timeout=2.0, message="a fire within 2 s")
+
+            await pilot.press("n")
+            await until(lambda: isinstance(app.screen, ConfirmSchedule))
+            await pilot.press("n")  # No: nothing happens
+            await until(lambda: isinstance(app.screen, SchedulesScreen))
+            await pilot.press("n")
+            await until(lambda: isinstance(app.screen, ConfirmSchedule))
+            await pilot.press("y")
+            await until(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE payload ? 'manual'")
+                        .fetchone()[0] == 1, message="one job run now")
+
+    asyncio.run(scenario(read_only=False))
+    asyncio.run(scenario(read_only=True))
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE payload ? 'manual'").fetchone()[0] == 1
+    assert sup.stop() == 0, sup.log()
