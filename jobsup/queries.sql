@@ -429,9 +429,34 @@ FROM jobsup.schedules s
 WHERE s.name = %(name)s
 FOR UPDATE
 
+-- name: schedule_fire_next
+-- The on-time fire in one statement: when the watermark sits between the previous fire (%(prev)s) and
+-- this one, exactly this fire is due; enqueue it and move the watermark to it. A supervisor that comes
+-- second waits on the row lock, then finds the watermark moved and enqueues nothing. No row back: not
+-- this fire's turn (taken, paused, or a catch-up), and the full pass decides.
+WITH s AS (
+    SELECT name FROM jobsup.schedules
+    WHERE name = %(name)s AND NOT paused AND fired_through >= %(prev)s AND fired_through < %(fire)s
+      AND %(fire)s <= now()
+    FOR UPDATE
+), job AS (
+    INSERT INTO jobsup.jobs (queue, kind, payload, priority, max_attempts, unique_key)
+    SELECT %(queue)s, %(kind)s, %(payload)s::jsonb, %(priority)s, %(max_attempts)s, %(unique_key)s FROM s
+    ON CONFLICT (unique_key) WHERE unique_key IS NOT NULL AND status IN ('queued', 'running') DO NOTHING
+    RETURNING id
+), fired AS (
+    UPDATE jobsup.schedules t
+    SET fired_through = %(fire)s, next_fire = %(next_fire)s, seen_at = now(), seen_by = %(me)s,
+        last_fire = %(fire)s, last_job_id = coalesce((SELECT id FROM job), t.last_job_id)
+    FROM s WHERE t.name = s.name
+)
+SELECT (SELECT id FROM job), clock_timestamp() FROM s
+
 -- name: schedule_fired
+-- greatest(): a pass whose transaction began before the winner's (then waited for the lock) has an
+-- older now(); the watermark never moves back, or the winner's fires would be due again.
 UPDATE jobsup.schedules
-SET fired_through = %(through)s, next_fire = %(next_fire)s, seen_at = now(), seen_by = %(me)s,
+SET fired_through = greatest(fired_through, %(through)s), next_fire = %(next_fire)s, seen_at = now(), seen_by = %(me)s,
     last_fire = coalesce(%(last_fire)s, last_fire), last_job_id = coalesce(%(last_job_id)s, last_job_id)
 WHERE name = %(name)s
 

@@ -15,6 +15,7 @@ one reached first, and are all enqueued.
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import datetime, timezone
 from typing import Any
 
@@ -78,6 +79,9 @@ class Scheduler:
         self.alive = max(ALIVE_AFTER, 3 * config.heartbeat_interval)
         self.touch_every = min(1.0, config.heartbeat_interval)
         self._conn: psycopg.AsyncConnection | None = None  # the connection of the last pass
+        # Per schedule, (a watermark it has reached, the next fire after it): no fire lies between, so
+        # when that fire is due it alone is, and one statement can take it (schedule_fire_next).
+        self.expected: dict[str, tuple[datetime, datetime]] = {}
 
     def notified(self, payload: str) -> bool:
         """True for a NOTIFY about a schedule (pause, resume), which wakes the scheduler for a pass."""
@@ -154,9 +158,30 @@ class Scheduler:
             self.log("scheduler.error", "error", schedule=schedule.name, error=first_line(exc))
             return self._db_now() + 1.0
 
+    def _payload(self, schedule: Schedule, fire: datetime) -> dict[str, Any]:
+        return {**(schedule.payload or {}), "schedule": schedule.name, "fire_at": _iso(fire)}
+
     async def _fire(self, conn: psycopg.AsyncConnection, schedule: Schedule, catch_up: bool) -> float:
         self._conn = conn
         loop = asyncio.get_running_loop()
+        expected = self.expected.get(schedule.name)
+        if expected is not None and not catch_up:
+            reached, fire = expected
+            next_fire = schedule.next_fire(fire)
+            sent = loop.time()
+            cur = await conn.execute(SQL["schedule_fire_next"], {
+                "name": schedule.name, "prev": reached, "fire": fire, "next_fire": next_fire, "me": self.me,
+                "kind": schedule.kind, "payload": json.dumps(self._payload(schedule, fire)),
+                "queue": schedule.queue, "priority": schedule.priority, "max_attempts": schedule.max_attempts,
+                "unique_key": unique_key(schedule.name, fire)})
+            row = await cur.fetchone()
+            if row is not None:
+                job_id, clock = row
+                self._clock(clock, sent)
+                self.expected[schedule.name] = (fire, next_fire)
+                self.log("schedule.fired", "debug", schedule=schedule.name, fire_at=_iso(fire), job=job_id)
+                return next_fire.timestamp()
+            # Not ours to take (another supervisor did, or it is paused, or not yet due): the full pass.
         async with conn.transaction():
             sent = loop.time()
             cur = await conn.execute(SQL["schedule_lock"], {"name": schedule.name, "me": self.me,
@@ -171,7 +196,7 @@ class Scheduler:
             late = catch_up and not watched
             fires = [] if paused else choose(schedule, due, late)
             ids = await queue.aenqueue_many(conn, [JobSpec(
-                schedule.kind, {**(schedule.payload or {}), "schedule": schedule.name, "fire_at": _iso(fire)},
+                schedule.kind, self._payload(schedule, fire),
                 queue=schedule.queue, priority=schedule.priority, max_attempts=schedule.max_attempts,
                 unique_key=unique_key(schedule.name, fire)) for fire in fires])
             next_fire = schedule.next_fire(now)
@@ -180,6 +205,7 @@ class Scheduler:
                 "name": schedule.name, "me": self.me, "through": now, "next_fire": next_fire,
                 "last_fire": enqueued[-1][0] if enqueued else None,
                 "last_job_id": enqueued[-1][1] if enqueued else None})
+        self.expected[schedule.name] = (now, next_fire)
         if late and due:
             self.log("schedule.missed", schedule=schedule.name, policy=schedule.missed, missed=len(due),
                      enqueued=len(enqueued), through=_iso(now))
