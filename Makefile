@@ -20,11 +20,12 @@ demo: $(VENV)/.installed
 lab: $(VENV)/.installed
 	$(PY) examples/lab.py
 
-# bench_queue exits 1 while a target is missed; the other two still run.
+# bench_queue exits 1 while a target is missed; the others still run.
 bench: $(VENV)/.installed
 	-$(PY) -m benchmarks.bench_queue
 	$(PY) -m benchmarks.bench_supervisor
 	$(PY) -m benchmarks.bench_top
+	$(PY) -m benchmarks.bench_cron
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache
