@@ -211,6 +211,22 @@ def test_a_restarted_supervisor_enqueues_what_the_missed_fire_policy_says(conn, 
     assert_every_fire_once(after, step)  # and on time again from there on
 
 
+def test_a_changed_expression_counts_from_the_start_that_brings_it(conn, dsn, start):
+    make_calls(conn)
+    # The database knows `tick` as a 1s schedule that last fired a minute ago; the app now says 200ms,
+    # missed="all": the 300 fires of the last minute under the new expression were never due.
+    declare(conn, Schedule("tick", "tick", "1s", missed="all"), fired_through=db_now(conn) - timedelta(minutes=1))
+    sup = start("--procs", "1", app=APP, extra_env={"CRON_APP_INTERVAL": "200ms", "CRON_APP_MISSED": "all"})
+    sup.wait_log("scheduler.started")
+    wait_for(lambda: len(fires(conn, "tick")) >= 3, timeout=30, message="fires of the new expression")
+    (expression, declared_at) = conn.execute(
+        "SELECT expression, declared_at FROM jobsup.schedules WHERE name = 'tick'").fetchone()
+    assert sup.stop() == 0, sup.log()
+    assert expression == "200ms"
+    assert fires(conn, "tick")[0] > declared_at
+    assert_every_fire_once(fires(conn, "tick"), timedelta(milliseconds=200))
+
+
 def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     make_calls(conn)
     declare(conn, Schedule("gone", "tick", "200ms"), fired_through=db_now(conn) - timedelta(minutes=1))
@@ -239,12 +255,12 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
                               "AND (payload->>'fire_at')::timestamptz > %s", (resumed_at,)).fetchone()
     assert created - resumed_at < timedelta(seconds=2)
 
-    # cron run: exactly one job now, whatever the supervisors do meanwhile.
-    result = jobsup("cron", "run", "minutely", "--dsn", dsn)
+    # cron run: exactly one job now (of the orphaned schedule, which nothing else fires).
+    result = jobsup("cron", "run", "gone", "--dsn", dsn)
     assert result.returncode == 0, result
     job_id = int(result.stdout.split()[-1])
     runs = conn.execute("SELECT id, kind, payload FROM jobsup.jobs WHERE payload ? 'manual'").fetchall()
-    assert [(r[0], r[1], r[2]["schedule"]) for r in runs] == [(job_id, "tick", "minutely")]
+    assert [(r[0], r[1], r[2]["schedule"]) for r in runs] == [(job_id, "tick", "gone")]
     result = jobsup("cron", "run", "nosuch", "--dsn", dsn)
     assert result.returncode == 2 and result.stderr.strip() == \
         "jobsup: error: no schedule named 'nosuch' (jobsup cron lists them)"
@@ -252,7 +268,7 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     # A schedule that no running app declares is shown as orphaned and never fired.
     listed = {s["name"]: s for s in json.loads(jobsup("cron", "--json", "--dsn", dsn).stdout)}
     assert listed["gone"]["state"] == "orphaned" and listed["tick"]["state"] == "active"
-    assert listed["minutely"]["last_job_id"] == job_id and listed["minutely"]["last_status"] in (
+    assert listed["gone"]["last_job_id"] == job_id and listed["gone"]["last_status"] in (
         "queued", "running", "done")
     assert fires(conn, "gone") == []
     table = jobsup("cron", "--dsn", dsn).stdout
