@@ -26,6 +26,7 @@ bench: $(VENV)/.installed
 	$(PY) -m benchmarks.bench_supervisor
 	$(PY) -m benchmarks.bench_top
 	$(PY) -m benchmarks.bench_doctor
+	$(PY) -m benchmarks.bench_cron
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache

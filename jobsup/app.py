@@ -6,6 +6,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import psycopg
@@ -13,6 +14,7 @@ import psycopg
 from . import queue
 from .errors import AppNotFound, BadInput, NoHandler
 from .job import Job, JobSpec
+from .schedule import DEFAULT_MISSED_LIMIT, Schedule
 
 HandlerFunc = Callable[[Job], Any]
 
@@ -36,6 +38,7 @@ class App:
 
     def __init__(self) -> None:
         self.handlers: dict[str, Handler] = {}
+        self.schedules: dict[str, Schedule] = {}
 
     def handler(self, kind: str, *, max_attempts: int | None = None, timeout: float | None = None,
                 queue: str | None = None, priority: int | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
@@ -49,6 +52,31 @@ class App:
             return func
 
         return register
+
+    def every(self, kind: str, spec: str | float | timedelta, *, name: str | None = None, tz: str = "UTC",
+              payload: dict[str, Any] | None = None, queue: str | None = None, priority: int | None = None,
+              max_attempts: int | None = None, missed: str = "latest",
+              missed_limit: int = DEFAULT_MISSED_LIMIT) -> Schedule:
+        """Enqueue a `kind` job on a schedule: `spec` is a cron expression ("0 3 * * *", "@daily") read
+        in `tz`, or an interval ("30s", 30, timedelta). Every supervisor of this app takes part, and each
+        fire is enqueued once however many run. `missed` says what a supervisor starting after fires
+        that no one enqueued does: "latest" (the most recent one), "none", or "all" (the most recent
+        `missed_limit`). Unset queue, priority and max_attempts take the handler's defaults."""
+        if isinstance(spec, timedelta):
+            spec = spec.total_seconds()
+        if isinstance(spec, (int, float)) and not isinstance(spec, bool):
+            spec = f"{spec:g}s" if spec > 0 else f"{spec:g}"  # zero and negatives are refused below
+        name = kind if name is None else name
+        if name in self.schedules:
+            raise BadInput(f"schedule {name!r}: two schedules with this name (give one name=...)")
+        defaults = self.spec(kind)
+        schedule = Schedule(name=name, kind=kind, expression=spec, tz=tz, payload=payload,
+                            queue=defaults.queue if queue is None else queue,
+                            priority=defaults.priority if priority is None else priority,
+                            max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
+                            missed=missed, missed_limit=missed_limit)
+        self.schedules[name] = schedule
+        return schedule
 
     def get(self, kind: str) -> Handler:
         try:

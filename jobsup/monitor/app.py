@@ -39,6 +39,7 @@ KEYS: list[Binding] = [
             tooltip="show only a kind or queue whose name contains the text"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
+    Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
     Binding("q", "quit", "Quit", tooltip="quit"),
     # In --read-only mode r and R fall through to this one, which says why nothing happens.
@@ -464,6 +465,11 @@ class TopApp(App[None]):
         self._render()
         if not self.paused:
             self.refresh_now()
+
+    def action_schedules(self) -> None:
+        from .schedules import SchedulesScreen
+
+        self.push_screen(SchedulesScreen(self.source, refresh=self.refresh_every, read_only=self.read_only, tz=self.tz))
 
     def action_help(self) -> None:
         self.push_screen(HelpScreen(self.key_help()))

@@ -28,10 +28,11 @@ class Confirm(ModalScreen[bool]):
         Binding("left,right", "app.focus_next", show=False),
     ]
 
-    def __init__(self, question: str, detail: str = "") -> None:
+    def __init__(self, question: str, detail: str = "", yes: str = "Yes, requeue") -> None:
         super().__init__()
         self.question = question
         self.detail = detail
+        self.yes = yes
 
     def compose(self) -> ComposeResult:
         with Vertical(id="confirm"):
@@ -40,7 +41,7 @@ class Confirm(ModalScreen[bool]):
                 yield Static(Text(self.detail), id="detail")
             with Horizontal(id="buttons"):
                 yield Button("No", id="no", variant="primary")
-                yield Button("Yes, requeue", id="yes", variant="error")
+                yield Button(self.yes, id="yes", variant="error")
         yield Footer()
 
     def on_mount(self) -> None:

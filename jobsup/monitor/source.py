@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import dsn as dsns
+from .. import cron, dsn as dsns
 from ..errors import DatabaseUnavailable, JobsupError, first_line
 from ..doctor import Thresholds
 from ..health import health_line
@@ -193,6 +193,24 @@ class Source:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(SQL["job"], {"id": job_id})
                 return await cur.fetchone()
+
+        return await self._run(work)
+
+    async def schedules(self) -> list[cron.ScheduleState]:
+        """Every schedule, for the schedules table."""
+        return await self._run(cron.alist_schedules)
+
+    async def schedule_action(self, action: str, name: str) -> str:
+        """`run` (one job now), `pause` or `resume` a schedule; what was done, in words."""
+        if self.read_only:
+            raise ReadOnly(f"read-only console: nothing was done to schedule {name} (started with --read-only)")
+
+        async def work(conn: psycopg.AsyncConnection) -> str:
+            if action == "run":
+                return f"enqueued job {await cron.arun_now(conn, name)} of schedule {name}"
+            done = "paused" if action == "pause" else "resumed"
+            changed = await cron.aset_paused(conn, name, action == "pause")
+            return f"{done} schedule {name}" if changed else f"schedule {name} was already {done}"
 
         return await self._run(work)
 

@@ -108,6 +108,7 @@ class Keeper:
     slots: list[Slot] = field(default_factory=list)
     kinds: frozenset[str] | None = None  # what the app handles, told by the first ready worker
     timeouts: dict[str, float] = field(default_factory=dict)
+    schedules: list = field(default_factory=list)  # the app's Schedules, told by the first ready worker
     ever_ready: bool = False
     stopping: bool = False
 
@@ -205,7 +206,7 @@ class Keeper:
             elif not self._retire_if_due(worker):
                 self.on_ready(worker)
         elif tag == "ready":
-            _, pid, kinds, timeouts = message
+            _, pid, kinds, timeouts, schedules = message
             worker.state = "idle"
             slot = self.slots[worker.slot]
             slot.start_failures = 0
@@ -213,6 +214,7 @@ class Keeper:
                 self.ever_ready = True
                 self.kinds = frozenset(kinds)
                 self.timeouts = dict(timeouts)
+                self.schedules = list(schedules)
                 self.log("app.loaded", app=self.config.app, kinds=sorted(kinds))
             self.log("worker.ready", "debug", pid=pid, slot=worker.slot)
             if self.stopping:

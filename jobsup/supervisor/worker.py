@@ -95,7 +95,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str) -> None:
 
     handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
-    send(fd, ("ready", os.getpid(), sorted(handlers), timeouts))
+    send(fd, ("ready", os.getpid(), sorted(handlers), timeouts, list(app.schedules.values())))
     loop = asyncio.new_event_loop()  # one loop for every async handler this worker runs
 
     while True:
