@@ -11,7 +11,9 @@ an enqueuer that keeps --backlog jobs waiting (plain SQL INSERTs of 5,000 no-op 
     transaction it rolls back, and times it;
   - live rows and dead tuples of jobsup.jobs (the statistics collector's, so a little behind) and how
     many autovacuums it has had;
-  - the size of every jobsup table with its indexes, and their total.
+  - the size of every jobsup table with its indexes, and their total;
+  - CPU seconds per 1,000 jobs of the supervisor, its workers and the PostgreSQL server (autovacuum
+    included): the work each job costs, which the machine's other load moves far less than jobs/s.
 --hold-snapshot AT:FOR opens `BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1` at AT and holds it for
 FOR: vacuum can remove no row deleted after it began, as with a forgotten `idle in transaction` session.
 
@@ -25,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,13 +35,13 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import psutil
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import embedded  # noqa: E402
+from benchmarks.server import fresh_database  # noqa: E402
 from jobsup.durations import parse_duration  # noqa: E402
 from jobsup.migrate import migrate  # noqa: E402
 from jobsup.sql import STATEMENTS as SQL  # noqa: E402
@@ -84,6 +85,7 @@ class Minute:
     total_bytes: int
     held: bool
     load: float
+    cpu_ms_per_job: float
 
 
 @dataclass
@@ -142,6 +144,32 @@ def holder(dsn: str, at: float, hold: float, shared: Shared) -> None:
         print("  -- snapshot released", flush=True)
 
 
+def tree_cpu(roots: list[psutil.Process]) -> float:
+    """CPU seconds of these processes and all their descendants (those still alive, and the ones they
+    have waited for)."""
+    total = 0.0
+    for root in roots:
+        try:
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            continue
+        for proc in procs:
+            try:
+                t = proc.cpu_times()
+                total += t.user + t.system + (t.children_user + t.children_system if proc is root else 0)
+            except psutil.Error:
+                pass
+    return total
+
+
+def server_process(conn: psycopg.Connection) -> psutil.Process | None:
+    """The postmaster, when the server runs on this machine (the embedded one does)."""
+    try:
+        return psutil.Process(conn.info.backend_pid).parent()
+    except psutil.Error:
+        return None
+
+
 def percentile(values: list[float], p: float) -> float:
     if not values:
         return float("nan")
@@ -150,14 +178,15 @@ def percentile(values: list[float], p: float) -> float:
 
 
 HEADER = (f"{'min':>3} {'jobs/s':>8} {'claim p50':>9} {'p99 ms':>7} {'live rows':>10} {'dead tup':>9} "
-          f"{'vac':>4} {'jobs MB':>8} {'others kB':>9} {'total MB':>8} {'load':>5}")
+          f"{'vac':>4} {'jobs MB':>8} {'others kB':>9} {'total MB':>8} {'cpu ms/job':>10} {'load':>5}")
 
 
 def line(m: Minute) -> str:
     others = (m.total_bytes - m.sizes.get("jobs", 0)) / 1024
     return (f"{m.minute:>3} {m.jobs_per_s:>8,.0f} {m.claim_p50_ms:>9.2f} {m.claim_p99_ms:>7.2f} "
             f"{m.live_rows:>10,} {m.dead_tuples:>9,} {m.vacuums:>4} {m.sizes.get('jobs', 0) / 2**20:>8.1f} "
-            f"{others:>9.0f} {m.total_bytes / 2**20:>8.1f} {m.load:>5.1f}" + ("  held" if m.held else ""))
+            f"{others:>9.0f} {m.total_bytes / 2**20:>8.1f} {m.cpu_ms_per_job:>10.3f} {m.load:>5.1f}"
+            + ("  held" if m.held else ""))
 
 
 def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
@@ -180,8 +209,10 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
             for thread in threads:
                 thread.start()
             print(HEADER, flush=True)
+            roots = [p for p in (psutil.Process(process.pid), server_process(conn)) if p is not None]
             started = time.monotonic()
             last_done, last_at = conn.execute(DONE).fetchone()[0], started
+            last_cpu = tree_cpu(roots)
             for number in range(1, int(args.duration // args.minute) + 1):
                 held = False
                 while (now := time.monotonic()) < started + number * args.minute:
@@ -193,12 +224,14 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
                 done = conn.execute(DONE).fetchone()[0]
                 with shared.lock:
                     probes, shared.claim_ms = shared.claim_ms, []
+                cpu = tree_cpu(roots)
                 live, dead, vacuums = conn.execute(TABLE_STATS).fetchone()
                 sizes = dict(conn.execute(SIZES).fetchall())
                 minutes.append(Minute(number, (done - last_done) / (now - last_at), percentile(probes, 50),
                                       percentile(probes, 99), len(probes), live, dead, vacuums, sizes,
-                                      sum(sizes.values()), held, os.getloadavg()[0]))
-                last_done, last_at = done, now
+                                      sum(sizes.values()), held, os.getloadavg()[0],
+                                      (cpu - last_cpu) / max(1, done - last_done) * 1000))
+                last_done, last_at, last_cpu = done, now, cpu
                 print(line(minutes[-1]), flush=True)
     finally:
         shared.stop.set()
@@ -252,16 +285,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-soak-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {DATABASE}")
-        dsn = conninfo.make_conninfo(server, dbname=DATABASE)
+    with fresh_database(args.dsn, DATABASE) as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
             if args.table_defaults:  # to measure what migration 0002's settings buy
@@ -275,19 +299,14 @@ def main() -> int:
                  if args.hold_snapshot else "") + (", table settings reset" if args.table_defaults else ""),
               flush=True)
         minutes = soak(dsn, args)
-        results = verdicts(minutes, args.hold_snapshot, args.minute)
-        for text, ok in results:
-            print(f"{'ok  ' if ok else 'MISS'} {text}")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
-                                                   "minutes": [asdict(m) for m in minutes],
-                                                   "verdicts": results}, indent=2))
-        return 0 if all(ok for _, ok in results) else 1
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pgdata")
-            shutil.rmtree(tmp, ignore_errors=True)
-
+    results = verdicts(minutes, args.hold_snapshot, args.minute)
+    for text, ok in results:
+        print(f"{'ok  ' if ok else 'MISS'} {text}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
+                                               "minutes": [asdict(m) for m in minutes],
+                                               "verdicts": results}, indent=2))
+    return 0 if all(ok for _, ok in results) else 1
 
 if __name__ == "__main__":
     sys.exit(main())

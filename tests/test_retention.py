@@ -144,8 +144,8 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
     stop = threading.Event()
 
     def probe() -> None:
-        # A claim that waited for any lock held by the pruners for more than 50 ms would fail here.
-        with psycopg.connect(dsn, options="-c lock_timeout=50ms") as c:
+        # A claim that waited for any lock held by the pruners for more than 10 ms would fail here.
+        with psycopg.connect(dsn, options="-c lock_timeout=10ms") as c:
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
