@@ -245,7 +245,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 # --- the parser ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cron_cli, doctor_cli
+    from . import cron_cli, doctor_cli, retention_cli
     from .monitor import cli as monitor_cli
     from .supervisor import cli as supervisor_cli
 
@@ -289,6 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["start", "url", "stop"])
     p.set_defaults(run=cmd_db)
 
+    retention_cli.configure(sub.add_parser("prune", parents=[db], help="delete finished jobs past their window"))
     supervisor_cli.configure(sub.add_parser("start", parents=[db], help="run the supervisor and its workers"))
     monitor_cli.configure(sub.add_parser("top", parents=[db], help="the live console"))
     doctor_cli.configure(sub.add_parser("doctor", parents=[db], help="check the database's health; exit 1 on a problem"))

@@ -1,4 +1,4 @@
-"""Durations on the command line and in the environment: `0.4` (seconds), `400ms`, `30s`, `5m`, `1h`."""
+"""Durations on the command line and in the environment: `0.4` (seconds), `400ms`, `30s`, `5m`, `1h`, `7d`."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import re
 
 from .errors import BadInput
 
-_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h)?\s*$")
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(text: str | float | int) -> float:
     """Seconds in `text`.
 
-    >>> parse_duration("400ms"), parse_duration("0.4"), parse_duration("5m"), parse_duration(2)
-    (0.4, 0.4, 300.0, 2.0)
+    >>> [parse_duration(t) for t in ("400ms", "0.4", "5m", "7d", 2)]
+    [0.4, 0.4, 300.0, 604800.0, 2.0]
     """
     if isinstance(text, (int, float)):
         if text < 0:
@@ -22,8 +22,21 @@ def parse_duration(text: str | float | int) -> float:
         return float(text)
     match = _PATTERN.match(text)
     if not match:
-        raise BadInput(f"not a duration: {text!r} (use seconds like 0.4, or 400ms, 30s, 5m, 1h)")
+        raise BadInput(f"not a duration: {text!r} (use seconds like 0.4, or 400ms, 30s, 5m, 1h, 7d)")
     return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+
+
+def format_duration(seconds: float) -> str:
+    """A duration as a flag would take it, in the largest unit that says it exactly.
+
+    >>> [format_duration(s) for s in (0.002, 0.5, 30.0, 90.0, 86400.0, 7 * 86400.0)]
+    ['2ms', '500ms', '30s', '90s', '24h', '7d']
+    """
+    if seconds > 86400 and seconds % 86400 == 0:
+        return f"{seconds / 86400:g}d"
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f"{seconds / 3600:g}h"
+    return f"{seconds * 1000:g}ms" if seconds < 1 else f"{seconds:g}s"
 
 
 def format_age(seconds: float | None) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from ..durations import format_duration
 from .config import DEFAULTS, Config
 
 # Every flag of `jobsup start`: (flag, kind, what it does, choices). Each also comes from the variable
@@ -32,6 +33,10 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
     ("--backoff-base", "duration", "retry delay of the first failure, doubled on each next one", None),
     ("--backoff-cap", "duration", "longest retry delay", None),
     ("--backoff-jitter", "fraction", "fraction of a retry delay taken off at random", None),
+    ("--keep-done", "duration", "keep done jobs this long, then delete them; 0 keeps them forever", None),
+    ("--keep-dead", "duration", "keep dead and cancelled jobs this long; 0 keeps them forever", None),
+    ("--prune-interval", "duration", "how often one of the supervisors deletes jobs past their window",
+     None),
     ("--log-format", "text", "text for terminals, json (one object per line) for machines", ("text", "json")),
     ("--log-level", "text", "how much to log", ("debug", "info", "warning", "error")),
 ]
@@ -47,7 +52,7 @@ def _shown(kind: str, value: object) -> str:
     ('2ms', '30s', 'default', '8')
     """
     if kind == "duration":
-        return f"{value * 1000:g}ms" if value < 1 else f"{value:g}s"  # type: ignore[operator]
+        return format_duration(value)  # type: ignore[arg-type]
     if isinstance(value, tuple):
         return ",".join(value)
     return "none" if value in (None, "") else str(value)

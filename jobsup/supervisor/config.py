@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 
 from ..errors import BadInput
+from ..retention import KEEP_DEAD, KEEP_DONE
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class Config:
     start_timeout: float = 60.0
     # A worker asked to stop (timeout, shutdown) gets this long after SIGTERM before SIGKILL.
     kill_grace: float = 2.0
+    keep_done: float = KEEP_DONE  # seconds a done job is kept; 0 keeps it forever
+    keep_dead: float = KEEP_DEAD  # the same for dead and cancelled jobs
+    prune_interval: float = 30.0  # between pruning rounds; a round goes on until nothing is left
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -48,7 +52,8 @@ class Config:
             heartbeat_interval=float(args.heartbeat_interval), max_jobs_per_proc=int(args.max_jobs_per_proc),
             max_memory_mb=int(args.max_memory), backoff_base=float(args.backoff_base),
             backoff_cap=float(args.backoff_cap), backoff_jitter=float(args.backoff_jitter),
-            log_format=args.log_format, log_level=args.log_level,
+            log_format=args.log_format, log_level=args.log_level, keep_done=float(args.keep_done),
+            keep_dead=float(args.keep_dead), prune_interval=float(args.prune_interval),
         )
         config.validate()
         return config
@@ -58,7 +63,8 @@ class Config:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
             raise BadInput("--prefetch, --max-jobs-per-proc and --max-memory cannot be negative")
-        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval"):
+        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval",
+                     "prune_interval"):
             if getattr(self, name) <= 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
         if not 0 <= self.backoff_jitter <= 1:

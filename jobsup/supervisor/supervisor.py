@@ -22,6 +22,7 @@ from .dispatcher import Dispatcher, Wakeup
 from .keeper import Keeper, Worker
 from .link import LOST, Link
 from .log import EventLog
+from .pruner import prune_loop
 from .scheduler import Scheduler
 
 # How often the keeper checks job timeouts and kills workers past their grace period.
@@ -99,7 +100,7 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig.name)
         self.keeper.attach(loop)
-        self.links = {name: Link(dsn, name, self.log, SESSION) for name in ("writes", "house", "listen")}
+        self.links = {name: Link(dsn, name, self.log, SESSION) for name in ("writes", "house", "listen", "prune")}
         self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION})
         # Connects only if the app has schedules. A fire's job and its watermark commit together, so an
         # unflushed commit lost in a server crash loses both, and the fire is due again after it: like
@@ -119,6 +120,7 @@ class Supervisor:
             ("lease", self.dispatcher.lease_loop()), ("listen", self._listen_loop()),
             ("reap", self._reap_loop()), ("heartbeat", self._heartbeat_loop()), ("tick", self._tick_loop()),
             ("schedule", self.scheduler.run()),
+            ("prune", prune_loop(self.links["prune"], self.config, self.log)),
         )]
         for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
             task.add_done_callback(lambda _: self.stop_wakeup.set())
@@ -252,7 +254,7 @@ class Supervisor:
             await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
-        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule")]
+        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")]
         for task in stopped:
             task.cancel()
         await asyncio.gather(*stopped, return_exceptions=True)

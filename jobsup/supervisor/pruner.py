@@ -1,0 +1,34 @@
+"""The pruner: a timed duty that deletes finished jobs and events past their retention window.
+
+Every supervisor runs it; the pruning turn in the database (jobsup/retention.py) lets one of them at a
+time delete, so no leader is kept in memory and a supervisor that dies hands the duty on at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from ..errors import first_line
+from ..retention import BatchSize, Retention, aprune
+from .config import Config
+from .link import Link
+from .log import EventLog
+
+# Between two batches of one round, the hot path has the server to itself for this long.
+PAUSE = 0.01
+
+
+async def prune_loop(link: Link, config: Config, log: EventLog) -> None:
+    retention = Retention(keep_done=config.keep_done, keep_dead=config.keep_dead)
+    batch = BatchSize()  # kept across rounds: a size that timed out stays small until batches are quick
+    while True:
+        try:
+            pruned = await link.run(lambda conn: aprune(conn, retention, batch=batch, pause=PAUSE))
+        except psycopg.Error as exc:
+            log("pruner.error", "error", error=first_line(exc))
+        else:
+            if pruned.total:
+                log("pruned", **pruned.to_json(), batch=batch.size)
+        await asyncio.sleep(config.prune_interval)
