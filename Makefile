@@ -27,13 +27,16 @@ PYTHON312 ?= $(shell for p in python3.14 python3.13 python3.12; do \
 	&& { command -v $$p; break; }; done; \
 	for d in $$HOME/.pyenv/versions/3.1[2-9]*/bin; do [ -x $$d/python3 ] && { echo $$d/python3; break; }; done)
 VENV6 := .venv-django6
-test-django6:
+$(VENV6)/.installed: pyproject.toml
 	@if [ -z "$(firstword $(PYTHON312))" ]; then \
 		echo "test-django6: Django 6 needs Python 3.12 or newer, and none was found (set PYTHON312=/path/to/python3.12)" >&2; \
 		exit 1; fi
-	@[ -x $(VENV6)/bin/python ] || $(firstword $(PYTHON312)) -m venv $(VENV6)
+	$(firstword $(PYTHON312)) -m venv $(VENV6)
 	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
 	$(VENV6)/bin/python -m pip install --quiet -e '.[django]' pytest pytest-timeout 'django>=6.0,<7'
+	touch $@
+
+test-django6: $(VENV6)/.installed
 	$(VENV6)/bin/python -m pytest -q tests/test_django.py $(PYTEST_ARGS)
 
 lab: $(VENV)/.installed

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -27,15 +26,13 @@ import time
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import embedded, queue  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from jobsup import queue  # noqa: E402
 
-from .bench_supervisor import done_of, wait  # noqa: E402
+from .bench_supervisor import bench_database, done_of, wait  # noqa: E402
 
 ENQUEUES = 2_000
 NOOP_JOBS = 20_000
@@ -136,18 +133,7 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_django WITH (FORCE)")
-            admin.execute("CREATE DATABASE jobsup_bench_django")
-        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_django")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
+    with bench_database(args.dsn, "jobsup_bench_django") as dsn:
         os.environ["JOBSUP_DSN"] = dsn
         os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
         import django
@@ -165,10 +151,6 @@ def main() -> int:
             print(f"  {label:<44} {medians[ours]:>11,.0f} /s {medians[theirs]:>8,.0f} /s {medians[ratio]:>6.2f}")
         if args.json:
             Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pgdata")
-            shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

@@ -17,6 +17,8 @@ queue on this server cannot beat). Figures are medians over the runs; the machin
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 import json
 import multiprocessing
 import os
@@ -206,18 +208,8 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_supervisor WITH (FORCE)")
-            admin.execute("CREATE DATABASE jobsup_bench_supervisor")
-        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_supervisor")
+    with bench_database(args.dsn, "jobsup_bench_supervisor") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
             conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
         runs = []
         for number in range(1, args.runs + 1):
@@ -230,11 +222,29 @@ def main() -> int:
             print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
         if args.json:
             Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
+    return 0
+
+
+@contextmanager
+def bench_database(server: str | None, name: str) -> Iterator[str]:
+    """A fresh, migrated database `name` on `server`, or on an embedded server in a temporary directory
+    (stopped and removed afterwards): its DSN."""
+    tmp = None
+    if server is None:
+        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
+        server = embedded.ensure_running(tmp / "pgdata")
+    try:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+        dsn = conninfo.make_conninfo(server, dbname=name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        yield dsn
     finally:
         if tmp is not None:
             embedded.stop(tmp / "pgdata")
             shutil.rmtree(tmp, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

@@ -10,7 +10,6 @@
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
+from examples.demo import leave_database, stop_supervisor  # noqa: E402
 from jobsup import JobsupError, dsn as dsns, embedded  # noqa: E402
 
 
@@ -50,21 +50,8 @@ def main() -> int:
         return 130
     finally:
         if supervisor is not None:
-            if supervisor.poll() is None:
-                supervisor.send_signal(signal.SIGTERM)
-            try:
-                supervisor.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(supervisor.pid, signal.SIGKILL)
-                supervisor.wait()
-            print(f"supervisor exited with code {supervisor.returncode}")
-        if started_db:
-            embedded.stop(data_dir)
-            print(f"stopped the embedded PostgreSQL in {data_dir}")
-        elif not named:
-            print(f"the embedded PostgreSQL in {data_dir} was running before, so it is left running "
-                  "(`jobsup db stop` stops it)")
-
+            stop_supervisor(supervisor, log_path)
+        leave_database(started_db, named, data_dir)
 
 if __name__ == "__main__":
     sys.exit(main())
