@@ -15,10 +15,8 @@ Figures are medians over the runs; the machine is shared and noisy, so each rati
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from jobsup import queue  # noqa: E402
 
-from .bench_supervisor import bench_database, done_of, wait  # noqa: E402
+from .bench_supervisor import bench_args, bench_database, done_of, run_all, wait  # noqa: E402
 
 ENQUEUES = 2_000
 NOOP_JOBS = 20_000
@@ -126,24 +124,14 @@ ROWS = [
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--dsn", help="server to use (default: an embedded one in a temporary directory)")
-    parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--procs", type=int, default=8)
-    parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
-
+    args = bench_args(__doc__, 5)
     with bench_database(args.dsn, "jobsup_bench_django") as dsn:
         os.environ["JOBSUP_DSN"] = dsn
         os.environ["DJANGO_SETTINGS_MODULE"] = SETTINGS
         import django
 
         django.setup()
-        runs = []
-        for number in range(1, args.runs + 1):
-            runs.append(one_run(dsn, args.procs, number))
-            print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
-        medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        runs, medians = run_all(lambda number: one_run(dsn, args.procs, number), args.runs)
         print(f"\nDjango {django.get_version()}, median of {args.runs} runs "
               f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
         print(f"  {'':<44} {'Django backend':>15} {'jobsup':>10} {'ratio':>6}")
