@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test demo bench lab clean
+.PHONY: test demo bench lab clean demo-django test-django6
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -16,6 +16,28 @@ test: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(PY) examples/demo.py
+
+# The example Django project (examples/django_project) run by `jobsup start --django` on the embedded database.
+demo-django: $(VENV)/.installed
+	$(PY) examples/django_project/demo.py
+
+# tests/test_django.py on Django 6 (django.tasks), in a venv of its own: Django 6 needs Python 3.12+.
+PYTHON312 ?= $(shell for p in python3.14 python3.13 python3.12; do \
+	command -v $$p >/dev/null 2>&1 && $$p -c 'import sys; assert sys.version_info >= (3, 12)' 2>/dev/null \
+	&& { command -v $$p; break; }; done; \
+	for d in $$HOME/.pyenv/versions/3.1[2-9]*/bin; do [ -x $$d/python3 ] && { echo $$d/python3; break; }; done)
+VENV6 := .venv-django6
+$(VENV6)/.installed: pyproject.toml
+	@if [ -z "$(firstword $(PYTHON312))" ]; then \
+		echo "test-django6: Django 6 needs Python 3.12 or newer, and none was found (set PYTHON312=/path/to/python3.12)" >&2; \
+		exit 1; fi
+	$(firstword $(PYTHON312)) -m venv $(VENV6)
+	$(VENV6)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV6)/bin/python -m pip install --quiet -e '.[django]' pytest pytest-timeout 'django>=6.0,<7'
+	touch $@
+
+test-django6: $(VENV6)/.installed
+	$(VENV6)/bin/python -m pytest -q tests/test_django.py $(PYTEST_ARGS)
 
 lab: $(VENV)/.installed
 	$(PY) examples/lab.py

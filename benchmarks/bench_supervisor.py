@@ -17,6 +17,8 @@ queue on this server cannot beat). Figures are medians over the runs; the machin
 from __future__ import annotations
 
 import argparse
+from collections.abc import Iterator
+from contextlib import contextmanager
 import json
 import multiprocessing
 import os
@@ -198,43 +200,60 @@ ROWS = [
 ]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def bench_args(doc: str, runs: int) -> argparse.Namespace:
+    """The flags every benchmark takes: --dsn, --runs, --procs, --json."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--dsn", help="server to use (default: an embedded one in a temporary directory)")
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this file")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_supervisor WITH (FORCE)")
-            admin.execute("CREATE DATABASE jobsup_bench_supervisor")
-        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_supervisor")
+
+def run_all(one_run, count: int) -> tuple[list[dict[str, float]], dict[str, float]]:
+    """`one_run(number)` `count` times, printing each run's figures; the runs and their medians."""
+    runs = []
+    for number in range(1, count + 1):
+        runs.append(one_run(number))
+        print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
+    return runs, {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+
+
+def main() -> int:
+    args = bench_args(__doc__, 3)
+    with bench_database(args.dsn, "jobsup_bench_supervisor") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
             conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
-        runs = []
-        for number in range(1, args.runs + 1):
-            runs.append(one_run(dsn, args.procs))
-            print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
-        medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+        runs, medians = run_all(lambda number: one_run(dsn, args.procs), args.runs)
         print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
               f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
         for key, label, fmt, target in ROWS:
             print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
         if args.json:
             Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
+    return 0
+
+
+@contextmanager
+def bench_database(server: str | None, name: str) -> Iterator[str]:
+    """A fresh, migrated database `name` on `server`, or on an embedded server in a temporary directory
+    (stopped and removed afterwards): its DSN."""
+    tmp = None
+    if server is None:
+        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
+        server = embedded.ensure_running(tmp / "pgdata")
+    try:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+            admin.execute(f"CREATE DATABASE {name}")
+        dsn = conninfo.make_conninfo(server, dbname=name)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+        yield dsn
     finally:
         if tmp is not None:
             embedded.stop(tmp / "pgdata")
             shutil.rmtree(tmp, ignore_errors=True)
-    return 0
 
 
 if __name__ == "__main__":

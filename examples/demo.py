@@ -144,22 +144,32 @@ def main() -> int:
         if feeder is not None:
             feeder.join(timeout=10)
         if supervisor is not None:
-            say(f"stopping the supervisor (pid {supervisor.pid})…")
-            if supervisor.poll() is None:
-                supervisor.send_signal(signal.SIGTERM)
-            try:
-                supervisor.wait(timeout=STOP_WAIT)
-            except subprocess.TimeoutExpired:
-                say(f"the supervisor did not stop within {STOP_WAIT:g}s: killing it", error=True)
-                os.killpg(supervisor.pid, signal.SIGKILL)
-                supervisor.wait()
-            say(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
-        if started_db:
-            embedded.stop(data_dir)
-            say(f"stopped the embedded PostgreSQL in {data_dir}")
-        elif not named:
-            say(f"the embedded PostgreSQL in {data_dir} was running before the demo, so it is left running "
-                "(`jobsup db stop` stops it)")
+            stop_supervisor(supervisor, log_path)
+        leave_database(started_db, named, data_dir)
+
+
+def stop_supervisor(supervisor: subprocess.Popen, log_path: Path) -> None:
+    """SIGTERM, then wait for it (its workers go with it), killing it after STOP_WAIT seconds."""
+    say(f"stopping the supervisor (pid {supervisor.pid})…")
+    if supervisor.poll() is None:
+        supervisor.send_signal(signal.SIGTERM)
+    try:
+        supervisor.wait(timeout=STOP_WAIT)
+    except subprocess.TimeoutExpired:
+        say(f"the supervisor did not stop within {STOP_WAIT:g}s: killing it", error=True)
+        os.killpg(supervisor.pid, signal.SIGKILL)
+        supervisor.wait()
+    say(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
+
+
+def leave_database(started_db: bool, named: str | None, data_dir: Path) -> None:
+    """Stop the embedded PostgreSQL if the demo started it; otherwise say it is left running."""
+    if started_db:
+        embedded.stop(data_dir)
+        say(f"stopped the embedded PostgreSQL in {data_dir}")
+    elif not named:
+        say(f"the embedded PostgreSQL in {data_dir} was running before the demo, so it is left running "
+            "(`jobsup db stop` stops it)")
 
 
 if __name__ == "__main__":

@@ -36,6 +36,10 @@ class Handler:
 class App:
     """The handlers a supervisor's workers run, by kind."""
 
+    # True for an app whose get() finds handlers of kinds never registered (Django's tasks, by module
+    # path): its workers are sent every kind, rather than the supervisor failing unknown ones itself.
+    finds_kinds = False
+
     def __init__(self) -> None:
         self.handlers: dict[str, Handler] = {}
         self.schedules: dict[str, Schedule] = {}

@@ -49,6 +49,11 @@ class AppNotFound(BadInput):
     """`--app module:attribute` does not name an importable jobsup App."""
 
 
+class ReturnValueError(JobsupError):
+    """A handler returned what jobsup cannot store: not JSON, a NUL character, or too large. That
+    attempt fails (the return value is written with the outcome, so there is nowhere else for it)."""
+
+
 class NoHandler(JobsupError):
     """A job's kind has no handler in the app."""
 

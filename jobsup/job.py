@@ -62,24 +62,8 @@ class JobSpec:
 
     def encoded_payload(self, limit: int | None = None) -> str:
         """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
-        limit = MAX_PAYLOAD_BYTES if limit is None else limit
-        if type(self.payload) is EncodedPayload:
-            text = str(self.payload)
-        else:
-            try:
-                text = json.dumps({} if self.payload is None else self.payload, separators=(",", ":"),
-                                  allow_nan=False)
-            except (TypeError, ValueError) as exc:
-                raise BadInput(f"payload of a {self.kind!r} job is not JSON: {exc}") from None
-            if "\\u0000" in text and _NUL_ESCAPE.search(text):
-                raise BadInput(f"payload of a {self.kind!r} job holds a NUL character (\\u0000), "
-                               "which PostgreSQL cannot store in jsonb")
-        if len(text) > limit:  # json.dumps escapes non-ASCII, so characters are bytes
-            raise PayloadTooLarge(
-                f"payload of a {self.kind!r} job is {len(text)} bytes, over the limit of {limit} "
-                "(JOBSUP_MAX_PAYLOAD)"
-            )
-        return text
+        return encoded_json({} if self.payload is None else self.payload, f"payload of a {self.kind!r} job",
+                            limit)
 
     def validate(self) -> None:
         if not isinstance(self.kind, str) or not self.kind.strip():
@@ -97,3 +81,31 @@ class JobSpec:
             raise BadInput(f"run_at of a {self.kind!r} job must be a datetime with a time zone")
         if self.unique_key is not None and (not isinstance(self.unique_key, str) or not self.unique_key):
             raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")
+
+
+def encoded_json(value: Any, what: str, limit: int | None = None,
+                 error: type[Exception] = BadInput) -> str:
+    """`value` as compact JSON that jsonb can store, or `error` naming `what` (a job's payload, its
+    return value) and why: not JSON, a NUL character, or over `limit` bytes (JOBSUP_MAX_PAYLOAD).
+
+    >>> encoded_json({"a": [1, None]}, "payload")
+    '{"a":[1,null]}'
+    >>> encoded_json({1, 2}, "return value of a 'x' job")
+    Traceback (most recent call last):
+    ...
+    jobsup.errors.BadInput: return value of a 'x' job is not JSON: Object of type set is not JSON serializable
+    """
+    limit = MAX_PAYLOAD_BYTES if limit is None else limit
+    if type(value) is EncodedPayload:  # checked when it was encoded
+        text = str(value)
+    else:
+        try:
+            text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise error(f"{what} is not JSON: {exc}") from None
+        if "\\u0000" in text and _NUL_ESCAPE.search(text):
+            raise error(f"{what} holds a NUL character (\\u0000), which PostgreSQL cannot store in jsonb")
+    if len(text) > limit:  # json.dumps escapes non-ASCII, so characters are bytes
+        too_large = PayloadTooLarge if error is BadInput else error
+        raise too_large(f"{what} is {len(text)} bytes, over the limit of {limit} (JOBSUP_MAX_PAYLOAD)")
+    return text

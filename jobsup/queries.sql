@@ -76,9 +76,13 @@ RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priori
 --   the generic plan of that join, which a prepared statement soon uses, rescans the pairs through the
 --   executor for every row found. array_position compares integers instead, n^2/2 of them: ~0.1 ms for
 --   100 outcomes, a few ms for the 1000 the supervisor writes at most.
+-- return_values (JSON texts, by the ids' positions) is NULL when no job of the batch returned
+-- anything: a subscript of a NULL array is NULL without its position being looked up, so a batch of
+-- handlers that return None costs what it did before return values were stored.
 WITH done AS (
     UPDATE jobsup.jobs j
-    SET status = 'done', done_at = now(), locked_until = NULL
+    SET status = 'done', done_at = now(), locked_until = NULL,
+        return_value = (%(return_values)b::text[])[array_position(%(ids)b::bigint[], j.id)]::jsonb
     WHERE j.id = ANY(%(ids)b::bigint[])
       AND j.attempts = (%(attempts)b::int[])[array_position(%(ids)b::bigint[], j.id)]
       AND j.status = (SELECT 'running'::text) AND j.locked_by = %(locked_by)s
@@ -723,3 +727,17 @@ SELECT
        AND done_at < now() - make_interval(secs => %(keep_dead)s::float8)),
     (SELECT count(*) FROM jobsup.events
      WHERE at < now() - make_interval(secs => %(keep_events)s::float8))
+-- Django's Tasks framework (jobsup/django.py)
+
+-- name: task_enqueue
+-- One task, inserted through Django's own connection (so inside the caller's atomic() block); the
+-- insert trigger's NOTIFY goes out at commit like any enqueue's. created_at is the database's clock.
+INSERT INTO jobsup.jobs (queue, kind, payload, priority, run_at, max_attempts)
+VALUES (%(queue)s, %(kind)s, %(payload)s::jsonb, %(priority)s, coalesce(%(run_at)s::timestamptz, now()),
+        %(max_attempts)s)
+RETURNING id, created_at
+
+-- name: task_result
+SELECT id, kind, queue, payload, status, priority, attempts, run_at, created_at, started_at, done_at,
+       locked_by, errors, return_value
+FROM jobsup.jobs WHERE id = %(id)s

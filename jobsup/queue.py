@@ -174,17 +174,23 @@ def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
     return {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]}
 
 
-def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str) -> _Op:
-    return _Op("complete", {**_held(jobs), "locked_by": locked_by}, _ids)
+def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str,
+                 return_values: Sequence[str | None] | None) -> _Op:
+    params = {**_held(jobs), "locked_by": locked_by,
+              "return_values": list(return_values) if return_values is not None else None}
+    return _Op("complete", params, _ids)
 
 
-def complete(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str) -> list[int]:
-    """Mark (id, attempt) pairs done; the ids that were still ours to complete."""
-    return _run(conn, _complete_op(jobs, locked_by))
+def complete(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str,
+             return_values: Sequence[str | None] | None = None) -> list[int]:
+    """Mark (id, attempt) pairs done, each with its return value (JSON text, or None), in one write;
+    the ids that were still ours to complete."""
+    return _run(conn, _complete_op(jobs, locked_by, return_values))
 
 
-async def acomplete(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str) -> list[int]:
-    return await _arun(conn, _complete_op(jobs, locked_by))
+async def acomplete(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
+                    return_values: Sequence[str | None] | None = None) -> list[int]:
+    return await _arun(conn, _complete_op(jobs, locked_by, return_values))
 
 
 def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, backoff_cap: float,

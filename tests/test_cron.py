@@ -165,7 +165,7 @@ def test_three_supervisors_enqueue_each_fire_exactly_once(conn, dsn, start):
     seeded = db_now(conn).replace(second=0, microsecond=0) - timedelta(minutes=5, seconds=1)
     declare(conn, Schedule("minutely", "tick", "* * * * *", missed="all"), fired_through=seeded)
     env = {"CRON_APP_INTERVAL": "200ms"}
-    sups = [start("--procs", "1", app=APP, extra_env=env) for _ in range(3)]
+    sups = [start("--procs", "1", app=APP, env=env) for _ in range(3)]
     for sup in sups:
         sup.wait_log("scheduler.started")
     began = db_now(conn)
@@ -187,13 +187,13 @@ def test_a_restarted_supervisor_enqueues_what_the_missed_fire_policy_says(conn, 
     make_calls(conn)
     step = timedelta(milliseconds=300)
     env = {"CRON_APP_INTERVAL": "300ms", "CRON_APP_MISSED": missed}
-    first = start("--procs", "1", app=APP, extra_env=env)
+    first = start("--procs", "1", app=APP, env=env)
     wait_for(lambda: len(fires(conn, "tick")) >= 2, timeout=30, message="two fires")
     assert first.stop() == 0, first.log()
     (stopped_through,) = conn.execute("SELECT fired_through FROM jobsup.schedules WHERE name = 'tick'").fetchone()
     before = fires(conn, "tick")
     wait_for(lambda: db_now(conn) > stopped_through + 5.5 * step, timeout=30, message="five fires missed")
-    second = start("--procs", "1", app=APP, extra_env=env)
+    second = start("--procs", "1", app=APP, env=env)
     line = wait_for(lambda: next((line for line in second.log().splitlines()
                                   if "schedule.missed" in line and "schedule=tick" in line), None),
                     timeout=30, message="the restarted supervisor's catch-up")
@@ -216,7 +216,7 @@ def test_a_changed_expression_counts_from_the_start_that_brings_it(conn, dsn, st
     # The database knows `tick` as a 1s schedule that last fired a minute ago; the app now says 200ms,
     # missed="all": the 300 fires of the last minute under the new expression were never due.
     declare(conn, Schedule("tick", "tick", "1s", missed="all"), fired_through=db_now(conn) - timedelta(minutes=1))
-    sup = start("--procs", "1", app=APP, extra_env={"CRON_APP_INTERVAL": "200ms", "CRON_APP_MISSED": "all"})
+    sup = start("--procs", "1", app=APP, env={"CRON_APP_INTERVAL": "200ms", "CRON_APP_MISSED": "all"})
     sup.wait_log("scheduler.started")
     wait_for(lambda: len(fires(conn, "tick")) >= 3, timeout=30, message="fires of the new expression")
     (expression, declared_at) = conn.execute(
@@ -231,7 +231,7 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     make_calls(conn)
     declare(conn, Schedule("gone", "tick", "200ms"), fired_through=db_now(conn) - timedelta(minutes=1))
     env = {"CRON_APP_INTERVAL": "200ms"}
-    sups = [start("--procs", "1", app=APP, extra_env=env) for _ in range(2)]
+    sups = [start("--procs", "1", app=APP, env=env) for _ in range(2)]
     wait_for(lambda: len(fires(conn, "tick")) >= 3, timeout=30, message="fires")
     for sup in sups:
         sup.wait_log("scheduler.started")
@@ -291,7 +291,7 @@ def test_the_console_runs_pauses_and_resumes_a_schedule(conn, dsn, start):
     from .helpers import wait_for_async
 
     make_calls(conn)
-    sup = start("--procs", "1", app=APP, extra_env={"CRON_APP_INTERVAL": "200ms"})
+    sup = start("--procs", "1", app=APP, env={"CRON_APP_INTERVAL": "200ms"})
     wait_for(lambda: len(fires(conn, "tick")) >= 2, timeout=30, message="fires")
 
     def paused() -> bool:

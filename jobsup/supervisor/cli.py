@@ -13,6 +13,8 @@ from .config import DEFAULTS, Config
 # Kinds: "int" (at least 1), "count" (0 or more), "duration", "fraction", "text".
 FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
     ("--app", "text", "module:attribute of the jobsup App, e.g. examples.lab:app", None),
+    ("--django", "text", "a Django settings module, e.g. mysite.settings: workers set up Django and run "
+                         "the project's tasks (with or without --app)", None),
     ("--procs", "int", "worker processes; by default the cores, at most 8", None),
     ("--queues", "text", "comma-separated queues to work", None),
     ("--batch", "int", "most jobs claimed in one statement", None),
@@ -79,8 +81,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from ..errors import BadInput
 
-    if not args.app:
-        raise BadInput("jobsup start needs --app module:attribute (or JOBSUP_APP)")
+    if not args.app and not args.django:
+        raise BadInput("jobsup start needs --app module:attribute (or JOBSUP_APP), "
+                       "or --django settings.module (or JOBSUP_DJANGO)")
     config = Config.from_args(args)
     from .main import main
 

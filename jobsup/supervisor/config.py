@@ -13,6 +13,7 @@ from ..retention import KEEP_DEAD, KEEP_DONE
 @dataclass(frozen=True)
 class Config:
     app: str = ""
+    django: str = ""  # a Django settings module: workers run the project's tasks (jobsup.django)
     procs: int = min(8, os.cpu_count() or 2)
     queues: tuple[str, ...] = ("default",)
     batch: int = 100  # most jobs one claim statement takes
@@ -45,8 +46,9 @@ class Config:
     def from_args(cls, args: argparse.Namespace) -> Config:
         queues = tuple(q.strip() for q in str(args.queues).split(",") if q.strip())
         config = cls(
-            app=args.app, procs=int(args.procs), queues=queues, batch=int(args.batch),
-            prefetch=int(args.prefetch), lease=float(args.lease), timeout=float(args.timeout),
+            app=args.app or "", django=args.django or "", procs=int(args.procs), queues=queues,
+            batch=int(args.batch), prefetch=int(args.prefetch), lease=float(args.lease),
+            timeout=float(args.timeout),
             shutdown_timeout=float(args.shutdown_timeout), reap_interval=float(args.reap_interval),
             poll_interval=float(args.poll_interval), flush_interval=float(args.flush_interval),
             heartbeat_interval=float(args.heartbeat_interval), max_jobs_per_proc=int(args.max_jobs_per_proc),

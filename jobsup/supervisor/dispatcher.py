@@ -80,6 +80,7 @@ class Dispatcher:
         self.held: dict[int, Job] = {}  # claimed and not yet written back
         self.prefetched: deque[Job] = deque()
         self.done_buffer: list[Job] = []
+        self.return_values: dict[int, str] = {}  # job id -> JSON text, for done jobs that returned one
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
@@ -103,12 +104,15 @@ class Dispatcher:
         if self.more:
             self.claim_wakeup.set()
 
-    def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None) -> None:
+    def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None,
+                value: str | None = None) -> None:
         self.finished += 1
         took = asyncio.get_running_loop().time() - worker.job_started
         self.duration += RATE_SMOOTHING * (took - self.duration)
         if error is None:
             self.done_buffer.append(job)
+            if value is not None:
+                self.return_values[job.id] = value
         else:
             self.log("job.failed", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
                      pid=worker.pid, error=error)
@@ -285,8 +289,14 @@ class Dispatcher:
     async def _write_done(self, done: list[Job], deadline: float | None) -> None:
         for chunk in _chunks(done):
             pairs = [(j.id, j.attempts) for j in chunk]
-            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id), deadline=deadline)
+            # None when no job of the chunk returned anything: the write is then what it always was.
+            values = [self.return_values.get(j.id) for j in chunk] if self.return_values else None
+            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id, values),
+                                            deadline=deadline)
             self.jobs_done += len(written)
+            if values is not None:
+                for job in chunk:
+                    self.return_values.pop(job.id, None)
             self._forget(chunk, written, "done")
 
     async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:

@@ -91,7 +91,7 @@ class Slot:
     last_exit: str | None = None
 
 
-Outcome = Callable[[Worker, Job, str | None, str | None], None]
+Outcome = Callable[[Worker, Job, str | None, str | None, str | None], None]
 Lost = Callable[[Worker, Job, str, list[Job]], None]
 
 
@@ -100,13 +100,14 @@ class Keeper:
     config: Config
     log: EventLog
     on_ready: Callable[[Worker], None]
-    on_outcome: Outcome  # (worker, job, error or None, traceback)
+    on_outcome: Outcome  # (worker, job, error or None, traceback, return value as JSON text or None)
     on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
-    kinds: frozenset[str] | None = None  # what the app handles, told by the first ready worker
+    # What the app handles, told by the first ready worker; None: any kind (an app that finds them).
+    kinds: frozenset[str] | None = None
     timeouts: dict[str, float] = field(default_factory=dict)
     schedules: list = field(default_factory=list)  # the app's Schedules, told by the first ready worker
     ever_ready: bool = False
@@ -138,7 +139,8 @@ class Keeper:
         their_inbox, inbox = self.ctx.Pipe(duplex=False)
         outbox, their_outbox = self.ctx.Pipe(duplex=False)
         process = self.ctx.Process(target=worker_main, name=f"jobsup-worker-{slot.index}",
-                                   args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd()),
+                                   args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd(),
+                                         self.config.django),
                                    daemon=False)
         process.start()
         their_inbox.close()  # so our end reads EOF the moment the worker is gone
@@ -194,8 +196,10 @@ class Keeper:
                 return  # an answer for a job we already counted as lost
             worker.jobs.popleft()
             worker.jobs_done += 1
-            error, tb = (message[2], message[3]) if tag == "failed" else (None, None)
-            self.on_outcome(worker, job, error, tb)
+            if tag == "failed":
+                self.on_outcome(worker, job, message[2], message[3], None)
+            else:
+                self.on_outcome(worker, job, None, None, message[2] if len(message) > 2 else None)
             if worker.jobs:
                 worker.job_started = self.loop.time()  # type: ignore[union-attr]
                 worker.job_started_wall = time.time()
@@ -212,10 +216,11 @@ class Keeper:
             slot.start_failures = 0
             if not self.ever_ready:
                 self.ever_ready = True
-                self.kinds = frozenset(kinds)
+                self.kinds = frozenset(kinds) if kinds is not None else None
                 self.timeouts = dict(timeouts)
                 self.schedules = list(schedules)
-                self.log("app.loaded", app=self.config.app, kinds=sorted(kinds))
+                self.log("app.loaded", app=self.config.app or None, django=self.config.django or None,
+                         kinds=sorted(kinds) if kinds is not None else "any")
             self.log("worker.ready", "debug", pid=pid, slot=worker.slot)
             if self.stopping:
                 self.stop_worker(worker)

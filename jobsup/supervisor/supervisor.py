@@ -74,9 +74,9 @@ class Supervisor:
         if self.dispatcher is not None:
             self.dispatcher.worker_ready(worker)
 
-    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None) -> None:
+    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None, value: str | None) -> None:
         assert self.dispatcher is not None
-        self.dispatcher.outcome(worker, job, error, tb)
+        self.dispatcher.outcome(worker, job, error, tb, value)
 
     def _lost(self, worker: Worker, job, cause: str, unstarted: list) -> None:
         assert self.dispatcher is not None
@@ -112,7 +112,8 @@ class Supervisor:
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             self.dispatcher.worker_ready(worker)
         self.log("supervisor.started", version=__version__, id=self.id, dsn=redact(dsn),
-                 procs=self.config.procs, queues=list(self.config.queues), app=self.config.app,
+                 procs=self.config.procs, queues=list(self.config.queues), app=self.config.app or None,
+                 django=self.config.django or None,
                  pid=os.getpid())
         await self._heartbeat()
         tasks = [loop.create_task(coro, name=name) for name, coro in (

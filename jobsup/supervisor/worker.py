@@ -1,8 +1,9 @@
 """The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
 
 It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
-answers each with ("done", id) or ("failed", id, error, traceback); whatever kills it instead, the
-supervisor sees it go at once and records the failed attempt of the job it was running itself.
+answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
+traceback); whatever kills it instead, the supervisor sees it go at once and records the failed attempt
+of the job it was running itself.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def _describe(exc: BaseException) -> str:
 
 
 def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervisor_pid: int,
-                app_dir: str) -> None:
+                app_dir: str, django_settings: str = "") -> None:
     # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
@@ -68,34 +69,46 @@ def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervis
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     _die_with_parent(supervisor_pid)
     try:
-        _serve(inbox, outbox, app_target)
+        _serve(inbox, outbox, app_target, django_settings)
     except BrokenPipeError:
         # The supervisor closed our pipes: stopped while we were starting (an early Ctrl-C), or gone.
         # There is no one left to tell, and a traceback on the operator's terminal would say nothing.
         return
 
 
-def _serve(inbox: Connection, outbox: Connection, app_target: str) -> None:
+def _load(app_target: str, django_settings: str):  # -> App
     from ..app import load_app
-    from ..errors import JobsupError
-    from ..job import Job
+
+    if django_settings:  # jobsup.django imports Django; nothing else in jobsup does
+        from ..django import worker_app
+
+        return worker_app(django_settings, app_target or None)
+    return load_app(app_target)
+
+
+def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
+    from ..errors import JobsupError, NoHandler, ReturnValueError
+    from ..job import Job, encoded_json
     from .wire import Reader, send
 
     fd = outbox.fileno()
     reader = Reader(inbox.fileno())
 
     try:
-        app = load_app(app_target)
+        app = _load(app_target, django_settings)
     except JobsupError as exc:
         send(fd, ("fatal", str(exc)))
         sys.exit(3)
     except BaseException as exc:  # an app whose import raises SystemExit or worse
-        send(fd, ("fatal", f"importing {app_target} failed: {_describe(exc)}"))
+        send(fd, ("fatal", f"importing {app_target or django_settings} failed: {_describe(exc)}"))
         sys.exit(3)
 
     handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
-    send(fd, ("ready", os.getpid(), sorted(handlers), timeouts, list(app.schedules.values())))
+    # An app that finds handlers by name (Django's tasks, by module path) handles any kind: None says so,
+    # and the supervisor sends every kind here instead of failing unknown ones itself.
+    send(fd, ("ready", os.getpid(), None if app.finds_kinds else sorted(handlers), timeouts,
+              list(app.schedules.values())))
     loop = asyncio.new_event_loop()  # one loop for every async handler this worker runs
 
     while True:
@@ -110,16 +123,18 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str) -> None:
         for job_id, kind, payload, queue, attempts, max_attempts, priority in message[1]:
             job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
                       max_attempts=max_attempts, priority=priority)
-            if kind not in handlers:
-                send(fd, ("failed", job_id, f"no handler for {kind}", None))
-                continue
-            func, is_async = handlers[kind]
             try:
-                if is_async:
-                    loop.run_until_complete(func(job))
-                else:
-                    func(job)
+                if kind in handlers:
+                    func, is_async = handlers[kind]
+                else:  # an app that finds kinds by name (Django's) imports it now, once per worker
+                    handler = app.get(kind)
+                    func, is_async = handlers[kind] = (handler.func, handler.is_async)
+                value = loop.run_until_complete(func(job)) if is_async else func(job)
+                if value is not None:
+                    value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
+            except NoHandler as exc:
+                send(fd, ("failed", job_id, str(exc), None))
             except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
                 send(fd, ("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
             else:
-                send(fd, ("done", job_id))
+                send(fd, ("done", job_id) if value is None else ("done", job_id, value))

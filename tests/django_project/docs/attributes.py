@@ -1,0 +1,10 @@
+# docs/topics/tasks.txt (Django 6.0), "Defining Tasks": attributes through the decorator, unchanged.
+from django.core.mail import send_mail
+from django.tasks import task
+
+
+@task(priority=2, queue_name="emails")
+def email_users(emails, subject, message):
+    return send_mail(
+        subject=subject, message=message, from_email=None, recipient_list=emails
+    )
