@@ -1,6 +1,7 @@
 """The supervisor benchmark: `jobsup start --procs 8` on a real PostgreSQL, beside plain SQL.
 
     .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
+        [--only basic,drain] [--depths 20000,200000,1000000] [--drain-runs N]
 
 Each run measures, through one supervisor started with default flags:
   - 20,000 no-op jobs enqueued in one statement: jobs/s from the enqueue's commit to the last done;
@@ -12,6 +13,10 @@ Each run measures, through one supervisor started with default flags:
   - RSS per worker, as the supervisor's heartbeat reports it.
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
 queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
+
+Then the deep-backlog drains (issue 13, benchmarks/drain.py): at each of --depths, a supervisor started
+on a backlog loaded beforehand, beside plain SQL draining the same depth in the same run; the default
+depths stop at 200,000 (`--depths 20000,200000,1000000` adds the million: about 5 minutes a run).
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import drain  # noqa: E402
 from jobsup import embedded, queue  # noqa: E402
 from jobsup.migrate import migrate  # noqa: E402
 
@@ -204,7 +210,14 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this file")
+    parser.add_argument("--only", default="basic,drain", help="comma-separated subset of basic,drain")
+    parser.add_argument("--depths", default="20000,200000",
+                        help="backlog depths of the drain runs (default 20000,200000; the issue's are "
+                             "20000,200000,1000000); the first is the baseline of the ratios")
+    parser.add_argument("--drain-runs", type=int, help="runs of the drains (default: --runs)")
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    depths = [int(d) for d in args.depths.split(",") if d.strip()]
 
     tmp = None
     server = args.dsn
@@ -219,17 +232,29 @@ def main() -> int:
         with psycopg.connect(dsn, autocommit=True) as conn:
             migrate(conn)
             conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
-        runs = []
-        for number in range(1, args.runs + 1):
-            runs.append(one_run(dsn, args.procs))
-            print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
-        medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
-              f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
-        for key, label, fmt, target in ROWS:
-            print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+        report: dict = {}
+        if "basic" in only:
+            runs = []
+            for number in range(1, args.runs + 1):
+                runs.append(one_run(dsn, args.procs))
+                print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
+            medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+            print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
+                  f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+            for key, label, fmt, target in ROWS:
+                print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+            report.update(runs=runs, median=medians)
+        if "drain" in only and depths:
+            drain.prepare(dsn)
+            drain_runs = []
+            for number in range(args.drain_runs or args.runs):
+                drain_runs.append(drain.one_run(dsn, depths, args.procs, number))
+            rows = drain.summary(drain_runs, depths)
+            drain.print_summary(rows, len(drain_runs))
+            print(f"({os.cpu_count()} cores, load average now {' '.join(map(str, os.getloadavg()))})")
+            report.update(drain_runs=drain_runs, drain=rows)
         if args.json:
-            Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
+            Path(args.json).write_text(json.dumps(report, indent=2))
     finally:
         if tmp is not None:
             embedded.stop(tmp / "pgdata")

@@ -42,15 +42,47 @@ RETURNING id
 -- name: claim
 -- One ordered scan of the ready index per queue (`queue = ANY(...)` would read and sort every ready
 -- row), then the best `limit` of them. Rows locked here but not taken are free again at commit.
+--
+-- A queue's scan can start where the claimer's last one ended: its `after` key, the (priority, run_at,
+-- id) of the last job it took there (NULL: start at the head). Every job claimed since the last vacuum
+-- leaves a dead entry at the head of the ready index, and a scan from the head steps over all of them:
+-- 120,000 into a backlog, 700 buffers and 12 ms for 100 jobs, against 6 buffers from the key. The key
+-- only skips what the claimer saw was not claimable; the dispatcher forgets it whenever something may
+-- have become claimable before it (see dispatcher.py). From the key, the scan reads the rest of the
+-- key's priority level (an index range: `priority =` and the row comparison on the next two columns),
+-- then the levels below; ordered so, the three branches need no sort and the LIMIT stops the later ones.
 WITH picked AS (
     SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM unnest(%(queues)s::text[], %(after_priorities)s::int[], %(after_run_ats)s::timestamptz[],
+                %(after_ids)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM jobsup.jobs
-        WHERE status = 'queued' AND queue = q.name AND run_at <= now()
-        ORDER BY priority DESC, run_at, id
+        SELECT * FROM (
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE q.after_id IS NULL AND status = 'queued' AND queue = q.name AND run_at <= now()
+                ORDER BY priority DESC, run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) whole
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE status = 'queued' AND queue = q.name AND priority = q.after_priority
+                  AND (run_at, id) > (q.after_run_at, q.after_id) AND run_at <= now()
+                ORDER BY run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) level
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE status = 'queued' AND queue = q.name AND priority < q.after_priority AND run_at <= now()
+                ORDER BY priority DESC, run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) below
+        ) branches
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s

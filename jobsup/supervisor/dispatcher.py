@@ -17,7 +17,7 @@ from collections.abc import Iterable
 
 from .. import queue
 from ..job import Job
-from ..queue import Failure
+from ..queue import ClaimKey, Failure
 from .config import Config
 from .keeper import Keeper, Worker
 from .link import LOST, Link
@@ -87,6 +87,10 @@ class Dispatcher:
         self.stopping = False
         self.orphans_possible = False
         self.claim_wakeup = Wakeup()
+        # Where each queue's next claim starts (queue.claim's `after`), and since when the keys are kept.
+        self.after: dict[str, ClaimKey] = {}
+        self.after_since = 0.0
+        self.after_epoch = 0  # counts forgets: a claim that ran across one must not set keys again
         self.flush_wakeup = asyncio.Event()
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
@@ -142,9 +146,29 @@ class Dispatcher:
             self.poke()
 
     def poke(self) -> None:
-        """Something may be ready: claim at the next chance."""
+        """Something may be ready: claim at the next chance, scanning every queue from its head."""
+        self.forget_after()
         self.more = True
         self.claim_wakeup.set()
+
+    def forget_after(self) -> None:
+        """The next claim starts at the head of each queue: a job may be claimable before the keys.
+
+        A claim starts each queue's scan past the last job it took there, so a deep backlog costs the
+        same per claim as a shallow one: from the head, the scan steps over the dead index entries of
+        every job claimed since the last vacuum. What the key skips was seen not claimable (taken,
+        locked by another claimer, due later); it is forgotten whenever that may have changed:
+        - a NOTIFY for our queues (an insert, which may be of a higher priority or an earlier run_at;
+          a release, reap or requeue, which puts jobs back at their old place), and a listener start;
+        - a known run_at coming due (a delayed job or a retry, perhaps of a higher priority);
+        - a claim that came back short, which then runs again from the head before we conclude that
+          nothing is left;
+        - a lost claim connection;
+        - poll_interval after the keys were set, the safety net for what nobody announces: a job due
+          that we were not told of, a row that another transaction held locked and let go untaken.
+        So a job is never left behind a key for longer than the poll would leave it unseen."""
+        self.after.clear()
+        self.after_epoch += 1
 
     def note_run_at(self, run_at: float) -> None:
         if len(self.run_ats) >= KNOWN_RUN_ATS:
@@ -181,11 +205,22 @@ class Dispatcher:
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
+                if self.after and loop.time() - self.after_since > self.config.poll_interval:
+                    self.forget_after()
+                keyed, epoch = bool(self.after), self.after_epoch
                 jobs = await self._claim(want)
                 next_poll = loop.time() + self.config.poll_interval
-                if jobs is not None:
-                    if len(jobs) < want:
+                if jobs is None:
+                    self.forget_after()
+                elif len(jobs) < want:
+                    self.forget_after()
+                    if not keyed:
                         self.more = False
+                elif epoch == self.after_epoch:
+                    if not self.after:
+                        self.after_since = loop.time()
+                    self.after.update(queue.claim_keys(jobs))
+                if jobs is not None:
                     self._take(jobs)
                 continue
             timeout = next_poll - loop.time()
@@ -196,9 +231,9 @@ class Dispatcher:
             if self.run_ats and now >= self.run_ats[0]:
                 while self.run_ats and now >= self.run_ats[0]:
                     heapq.heappop(self.run_ats)
-                self.more = True
+                self.poke()
             if loop.time() >= next_poll:
-                self.more = True  # the safety net: a NOTIFY may have been missed
+                self.poke()  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
 
     async def _claim(self, want: int) -> list[Job] | None:
@@ -210,7 +245,7 @@ class Dispatcher:
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
                              count=len(released), ids=released)
-            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease)
+            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, self.after)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
