@@ -142,8 +142,17 @@ class Dispatcher:
         run_at = note.get("run_at")
         if isinstance(run_at, (int, float)) and run_at > time.time():
             self.note_run_at(run_at)
+        elif isinstance(run_at, (int, float)) and self._past_keys(queues, run_at):
+            self.more = True  # an insert that sorts after our keys (or above them): they still hold
+            self.claim_wakeup.set()
         else:
             self.poke()
+
+    def _past_keys(self, queues: list[str], run_at: float) -> bool:
+        """Whether jobs inserted into `queues` (all of ours when empty) with this earliest run_at sort
+        after every key we hold there, in their level, or land in a level above, which every claim reads."""
+        keys = [self.after.get(q) for q in (queues or self.config.queues)]
+        return all(key is not None and key[1].timestamp() < run_at for key in keys)
 
     def poke(self) -> None:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
@@ -156,17 +165,19 @@ class Dispatcher:
 
         A claim starts each queue's scan past the last job it took there, so a deep backlog costs the
         same per claim as a shallow one: from the head, the scan steps over the dead index entries of
-        every job claimed since the last vacuum. What the key skips was seen not claimable (taken,
-        locked by another claimer, due later); it is forgotten whenever that may have changed:
-        - a NOTIFY for our queues (an insert, which may be of a higher priority or an earlier run_at;
-          a release, reap or requeue, which puts jobs back at their old place), and a listener start;
-        - a known run_at coming due (a delayed job or a retry, perhaps of a higher priority);
+        every job claimed since the last vacuum. Levels of a higher priority are read from their head
+        by every claim; within its own level a key skips what the claimer saw was not claimable
+        (taken, or locked by another claimer), and is forgotten whenever a job may have come back there:
+        - a NOTIFY for our queues: a release, reap or requeue (a job back at its old place), an insert
+          with a run_at not after our keys (an explicit one, or the now() of a long transaction); an
+          insert that sorts after them keeps them, so a steady enqueue during a drain keeps them;
         - a claim that came back short, which then runs again from the head before we conclude that
           nothing is left;
-        - a lost claim connection;
-        - poll_interval after the keys were set, the safety net for what nobody announces: a job due
-          that we were not told of, a row that another transaction held locked and let go untaken.
-        So a job is never left behind a key for longer than the poll would leave it unseen."""
+        - a lost claim connection, and a listener start;
+        - poll_interval after the keys were set: the safety net for what nobody announces, such as a
+          row that another transaction held locked and let go untaken.
+        A delayed job or a retry coming due needs none of this: the claims that set the keys ran
+        before it was due, so its run_at sorts after theirs."""
         self.after.clear()
         self.after_epoch += 1
 
@@ -231,9 +242,9 @@ class Dispatcher:
             if self.run_ats and now >= self.run_ats[0]:
                 while self.run_ats and now >= self.run_ats[0]:
                     heapq.heappop(self.run_ats)
-                self.poke()
+                self.more = True  # a job due now sorts after our keys: their claims ran before it was due
             if loop.time() >= next_poll:
-                self.poke()  # the safety net: a NOTIFY may have been missed
+                self.more = True  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
 
     async def _claim(self, want: int) -> list[Job] | None:
