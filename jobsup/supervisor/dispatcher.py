@@ -13,13 +13,14 @@ import heapq
 import json
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .. import queue
 from ..job import Job
 from ..queue import ClaimKey, Failure
 from .config import Config
 from .keeper import Keeper, Worker
+from .keys import ClaimKeys
 from .link import LOST, Link
 from .log import EventLog
 
@@ -87,10 +88,7 @@ class Dispatcher:
         self.stopping = False
         self.orphans_possible = False
         self.claim_wakeup = Wakeup()
-        # Where each queue's next claim starts (queue.claim's `after`), and since when the keys are kept.
-        self.after: dict[str, ClaimKey] = {}
-        self.after_since = 0.0
-        self.after_epoch = 0  # counts forgets: a claim that ran across one must not set keys again
+        self.keys = ClaimKeys(config.queues, config.poll_interval)  # where each queue's next claim starts
         self.flush_wakeup = asyncio.Event()
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
@@ -142,44 +140,17 @@ class Dispatcher:
         run_at = note.get("run_at")
         if isinstance(run_at, (int, float)) and run_at > time.time():
             self.note_run_at(run_at)
-        elif isinstance(run_at, (int, float)) and self._past_keys(queues, run_at):
-            self.more = True  # an insert that sorts after our keys (or above them): they still hold
+        elif isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
+            self.more = True  # an insert past our claim keys (see keys.py): they still hold
             self.claim_wakeup.set()
         else:
             self.poke()
 
-    def _past_keys(self, queues: list[str], run_at: float) -> bool:
-        """Whether jobs inserted into `queues` (all of ours when empty) with this earliest run_at sort
-        after every key we hold there, in their level, or land in a level above, which every claim reads."""
-        keys = [self.after.get(q) for q in (queues or self.config.queues)]
-        return all(key is not None and key[1].timestamp() < run_at for key in keys)
-
     def poke(self) -> None:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
-        self.forget_after()
+        self.keys.forget()
         self.more = True
         self.claim_wakeup.set()
-
-    def forget_after(self) -> None:
-        """The next claim starts at the head of each queue: a job may be claimable before the keys.
-
-        A claim starts each queue's scan past the last job it took there, so a deep backlog costs the
-        same per claim as a shallow one: from the head, the scan steps over the dead index entries of
-        every job claimed since the last vacuum. Levels of a higher priority are read from their head
-        by every claim; within its own level a key skips what the claimer saw was not claimable
-        (taken, or locked by another claimer), and is forgotten whenever a job may have come back there:
-        - a NOTIFY for our queues: a release, reap or requeue (a job back at its old place), an insert
-          with a run_at not after our keys (an explicit one, or the now() of a long transaction); an
-          insert that sorts after them keeps them, so a steady enqueue during a drain keeps them;
-        - a claim that came back short, which then runs again from the head before we conclude that
-          nothing is left;
-        - a lost claim connection, and a listener start;
-        - poll_interval after the keys were set: the safety net for what nobody announces, such as a
-          row that another transaction held locked and let go untaken.
-        A delayed job or a retry coming due needs none of this: the claims that set the keys ran
-        before it was due, so its run_at sorts after theirs."""
-        self.after.clear()
-        self.after_epoch += 1
 
     def note_run_at(self, run_at: float) -> None:
         if len(self.run_ats) >= KNOWN_RUN_ATS:
@@ -216,21 +187,16 @@ class Dispatcher:
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
-                if self.after and loop.time() - self.after_since > self.config.poll_interval:
-                    self.forget_after()
-                keyed, epoch = bool(self.after), self.after_epoch
-                jobs = await self._claim(want)
+                keys = self.keys.for_claim()
+                keyed = bool(keys)
+                jobs = await self._claim(want, keys)
                 next_poll = loop.time() + self.config.poll_interval
-                if jobs is None:
-                    self.forget_after()
-                elif len(jobs) < want:
-                    self.forget_after()
-                    if not keyed:
-                        self.more = False
-                elif epoch == self.after_epoch:
-                    if not self.after:
-                        self.after_since = loop.time()
-                    self.after.update(queue.claim_keys(jobs))
+                if jobs is None or len(jobs) < want:
+                    self.keys.forget()
+                    if jobs is not None and not keyed:
+                        self.more = False  # short from the heads of the queues: nothing else is ready
+                else:
+                    self.keys.claimed(jobs)
                 if jobs is not None:
                     self._take(jobs)
                 continue
@@ -242,12 +208,12 @@ class Dispatcher:
             if self.run_ats and now >= self.run_ats[0]:
                 while self.run_ats and now >= self.run_ats[0]:
                     heapq.heappop(self.run_ats)
-                self.more = True  # a job due now sorts after our keys: their claims ran before it was due
+                self.more = True
             if loop.time() >= next_poll:
                 self.more = True  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
 
-    async def _claim(self, want: int) -> list[Job] | None:
+    async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         try:
             conn = await self.claims.connect()
             if self.orphans_possible:
@@ -256,7 +222,7 @@ class Dispatcher:
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
                              count=len(released), ids=released)
-            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, self.after)
+            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
