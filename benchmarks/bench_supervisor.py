@@ -1,6 +1,7 @@
 """The supervisor benchmark: `jobsup start --procs 8` on a real PostgreSQL, beside plain SQL.
 
     .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
+        [--only basic,drain] [--depths 20000,200000,1000000] [--drain-runs N]
 
 Each run measures, through one supervisor started with default flags:
   - 20,000 no-op jobs enqueued in one statement: jobs/s from the enqueue's commit to the last done;
@@ -12,6 +13,10 @@ Each run measures, through one supervisor started with default flags:
   - RSS per worker, as the supervisor's heartbeat reports it.
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
 queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
+
+Then the deep-backlog drains (issue 13, benchmarks/drain.py): at each of --depths, a supervisor started
+on a backlog loaded beforehand, beside plain SQL draining the same depth in the same run; the default
+depths stop at 200,000 (`--depths 20000,200000,1000000` adds the million: about 5 minutes a run).
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import drain  # noqa: E402
 from jobsup import embedded, queue  # noqa: E402
 from jobsup.migrate import migrate  # noqa: E402
 
@@ -201,13 +207,18 @@ ROWS = [
 
 
 def bench_args(doc: str, runs: int) -> argparse.Namespace:
+    """The flags every benchmark takes, parsed."""
+    return bench_parser(doc, runs).parse_args()
+
+
+def bench_parser(doc: str, runs: int) -> argparse.ArgumentParser:
     """The flags every benchmark takes: --dsn, --runs, --procs, --json."""
     parser = argparse.ArgumentParser(description=doc.splitlines()[0])
     parser.add_argument("--dsn", help="server to use (default: an embedded one in a temporary directory)")
     parser.add_argument("--runs", type=int, default=runs)
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this file")
-    return parser.parse_args()
+    return parser
 
 
 def run_all(one_run, count: int) -> tuple[list[dict[str, float]], dict[str, float]]:
@@ -220,17 +231,37 @@ def run_all(one_run, count: int) -> tuple[list[dict[str, float]], dict[str, floa
 
 
 def main() -> int:
-    args = bench_args(__doc__, 3)
+    parser = bench_parser(__doc__, 3)
+    parser.add_argument("--only", default="basic,drain", help="comma-separated subset of basic,drain")
+    parser.add_argument("--depths", default="20000,200000",
+                        help="backlog depths of the drain runs (default 20000,200000; the issue's are "
+                             "20000,200000,1000000); the first is the baseline of the ratios")
+    parser.add_argument("--drain-runs", type=int, help="runs of the drains (default: --runs)")
+    args = parser.parse_args()
+    only = set(args.only.split(","))
+    depths = [int(d) for d in args.depths.split(",") if d.strip()]
     with bench_database(args.dsn, "jobsup_bench_supervisor") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
-        runs, medians = run_all(lambda number: one_run(dsn, args.procs), args.runs)
-        print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
-              f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
-        for key, label, fmt, target in ROWS:
-            print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+        report: dict = {}
+        if "basic" in only:
+            runs, medians = run_all(lambda number: one_run(dsn, args.procs), args.runs)
+            print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
+                  f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+            for key, label, fmt, target in ROWS:
+                print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+            report.update(runs=runs, median=medians)
+        if "drain" in only and depths:
+            drain.prepare(dsn)
+            drain_runs = []
+            for number in range(args.drain_runs or args.runs):
+                drain_runs.append(drain.one_run(dsn, depths, args.procs, number))
+            rows = drain.summary(drain_runs, depths)
+            drain.print_summary(rows, len(drain_runs))
+            print(f"({os.cpu_count()} cores, load average now {' '.join(map(str, os.getloadavg()))})")
+            report.update(drain_runs=drain_runs, drain=rows)
         if args.json:
-            Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
+            Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
 
 

@@ -42,15 +42,57 @@ RETURNING id
 -- name: claim
 -- One ordered scan of the ready index per queue (`queue = ANY(...)` would read and sort every ready
 -- row), then the best `limit` of them. Rows locked here but not taken are free again at commit.
+--
+-- A queue's scan can start where the claimer's last one ended: its `after` key, the (priority, run_at,
+-- id) of the last job it took there (NULL: start at the head). Every job claimed since the last vacuum
+-- leaves a dead entry at the head of the ready index, and a scan from the head steps over all of them:
+-- 120,000 into a backlog, 700 buffers and 12 ms for 100 jobs, against 6 buffers from the key. With a
+-- key, the scan reads the levels above the key's priority from their head (so a job of a higher
+-- priority is taken by the next claim; in a drain of one level this is one descent into an empty
+-- range), then the key's level from the key on (an index range: `priority =` and a row comparison on
+-- the next two columns), then the levels below. In that order the branches need no sort, and the
+-- LIMIT stops the later ones unstarted. The key skips only what the claimer saw was not claimable in
+-- its own level; the dispatcher forgets it whenever a job may have come back there (dispatcher.py).
 WITH picked AS (
     SELECT c.id
-    FROM unnest(%(queues)s::text[]) AS q(name)
+    FROM unnest(%(queues)s::text[], %(after_priorities)s::int[], %(after_run_ats)s::timestamptz[],
+                %(after_ids)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
     CROSS JOIN LATERAL (
-        SELECT id, priority, run_at FROM jobsup.jobs
-        WHERE status = 'queued' AND queue = q.name AND run_at <= now()
-        ORDER BY priority DESC, run_at, id
+        SELECT * FROM (
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE q.after_id IS NULL AND status = 'queued' AND queue = q.name AND run_at <= now()
+                ORDER BY priority DESC, run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) whole
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE status = 'queued' AND queue = q.name AND priority > q.after_priority AND run_at <= now()
+                ORDER BY priority DESC, run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) above
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE status = 'queued' AND queue = q.name AND priority = q.after_priority
+                  AND (run_at, id) > (q.after_run_at, q.after_id) AND run_at <= now()
+                ORDER BY run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) level
+            UNION ALL
+            SELECT * FROM (
+                SELECT id, priority, run_at FROM jobsup.jobs
+                WHERE status = 'queued' AND queue = q.name AND priority < q.after_priority AND run_at <= now()
+                ORDER BY priority DESC, run_at, id
+                LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED
+            ) below
+        ) branches
         LIMIT %(limit)s
-        FOR UPDATE SKIP LOCKED
     ) c
     ORDER BY c.priority DESC, c.run_at, c.id
     LIMIT %(limit)s

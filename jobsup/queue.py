@@ -151,23 +151,49 @@ async def aenqueue_many(conn: psycopg.AsyncConnection,
 # --- the supervisor's side: claim, outcomes, leases, reaping -------------------------------------
 
 
-def _claim_op(queues: Sequence[str], limit: int, locked_by: str, lease: float) -> _Op:
+# Where a queue's claim may start: the (priority, run_at, id) of the last job the claimer took there.
+ClaimKey = tuple[int, datetime, int]
+
+
+def _claim_op(queues: Sequence[str], limit: int, locked_by: str, lease: float,
+              after: Mapping[str, ClaimKey] | None) -> _Op:
     def parse(rows: list[tuple]) -> list[Job]:
         jobs = [Job(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))  # UPDATE ... RETURNING keeps no order
         return jobs
 
-    return _Op("claim", {"queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease}, parse)
+    keys = [(after or {}).get(q) or (None, None, None) for q in queues]
+    return _Op("claim", {"queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease,
+                         "after_priorities": [k[0] for k in keys], "after_run_ats": [k[1] for k in keys],
+                         "after_ids": [k[2] for k in keys]}, parse)
 
 
-def claim(conn: psycopg.Connection, queues: Sequence[str], limit: int, locked_by: str, lease: float) -> list[Job]:
-    """Take up to `limit` ready jobs of `queues` (priority, then run_at, then id), leased for `lease` s."""
-    return _run(conn, _claim_op(queues, limit, locked_by, lease))
+def claim(conn: psycopg.Connection, queues: Sequence[str], limit: int, locked_by: str, lease: float,
+          after: Mapping[str, ClaimKey] | None = None) -> list[Job]:
+    """Take up to `limit` ready jobs of `queues` (priority, then run_at, then id), leased for `lease` s.
+
+    `after` maps a queue to the key of the last job this claimer took there: its scan starts past it,
+    skipping the dead index entries of the jobs claimed before. The caller vouches that nothing before
+    that key has become claimable since (the dispatcher's rules: supervisor/dispatcher.py)."""
+    return _run(conn, _claim_op(queues, limit, locked_by, lease, after))
 
 
 async def aclaim(conn: psycopg.AsyncConnection, queues: Sequence[str], limit: int, locked_by: str,
-                 lease: float) -> list[Job]:
-    return await _arun(conn, _claim_op(queues, limit, locked_by, lease))
+                 lease: float, after: Mapping[str, ClaimKey] | None = None) -> list[Job]:
+    return await _arun(conn, _claim_op(queues, limit, locked_by, lease, after))
+
+
+def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:
+    """The key of the last job taken in each queue, from a claim's jobs (in claim order).
+
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> jobs = [Job(1, "k", {}, "a", 1, 3, 5, t, t), Job(7, "k", {}, "b", 1, 3, 0, t, t),
+    ...         Job(2, "k", {}, "a", 1, 3, 0, t, t)]
+    >>> {q: (p, i) for q, (p, _, i) in claim_keys(jobs).items()}
+    {'a': (0, 2), 'b': (0, 7)}
+    """
+    return {job.queue: (job.priority, job.run_at, job.id) for job in jobs}
 
 
 def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:

@@ -13,13 +13,14 @@ import heapq
 import json
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from .. import queue
 from ..job import Job
-from ..queue import Failure
+from ..queue import ClaimKey, Failure
 from .config import Config
 from .keeper import Keeper, Worker
+from .keys import ClaimKeys
 from .link import LOST, Link
 from .log import EventLog
 
@@ -88,6 +89,7 @@ class Dispatcher:
         self.stopping = False
         self.orphans_possible = False
         self.claim_wakeup = Wakeup()
+        self.keys = ClaimKeys(config.queues, config.poll_interval)  # where each queue's next claim starts
         self.flush_wakeup = asyncio.Event()
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
@@ -142,11 +144,15 @@ class Dispatcher:
         run_at = note.get("run_at")
         if isinstance(run_at, (int, float)) and run_at > time.time():
             self.note_run_at(run_at)
+        elif isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
+            self.more = True  # an insert past our claim keys (see keys.py): they still hold
+            self.claim_wakeup.set()
         else:
             self.poke()
 
     def poke(self) -> None:
-        """Something may be ready: claim at the next chance."""
+        """Something may be ready: claim at the next chance, scanning every queue from its head."""
+        self.keys.forget()
         self.more = True
         self.claim_wakeup.set()
 
@@ -185,11 +191,17 @@ class Dispatcher:
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
-                jobs = await self._claim(want)
+                keys = self.keys.for_claim()
+                keyed = bool(keys)
+                jobs = await self._claim(want, keys)
                 next_poll = loop.time() + self.config.poll_interval
+                if jobs is None or len(jobs) < want:
+                    self.keys.forget()
+                    if jobs is not None and not keyed:
+                        self.more = False  # short from the heads of the queues: nothing else is ready
+                else:
+                    self.keys.claimed(jobs)
                 if jobs is not None:
-                    if len(jobs) < want:
-                        self.more = False
                     self._take(jobs)
                 continue
             timeout = next_poll - loop.time()
@@ -205,7 +217,7 @@ class Dispatcher:
                 self.more = True  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
 
-    async def _claim(self, want: int) -> list[Job] | None:
+    async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         try:
             conn = await self.claims.connect()
             if self.orphans_possible:
@@ -214,7 +226,7 @@ class Dispatcher:
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
                              count=len(released), ids=released)
-            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease)
+            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
