@@ -394,3 +394,10 @@ LIMIT %(limit)s
 
 -- name: listen
 LISTEN jobsup
+
+-- pooler (issue 11)
+
+-- name: claim_without_flush_wait
+-- Behind a transaction pooler, the claims connection's session setting (synchronous_commit=off, see
+-- the supervisor) is set by each claim's own transaction instead.
+SET LOCAL synchronous_commit = off

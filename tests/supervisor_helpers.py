@@ -21,12 +21,12 @@ FAST = ["--heartbeat-interval", "200ms", "--reap-interval", "100ms", "--poll-int
 
 class Supervisor:
     def __init__(self, dsn: str, *args: str, procs: int = 2, app: str = "examples.misbehave:app",
-                 fast: bool = True) -> None:
+                 fast: bool = True, env: dict[str, str] | None = None) -> None:
         self.logfile = tempfile.NamedTemporaryFile("w+", prefix="jobsup-sup-", suffix=".log", delete=False)
         argv = [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", app, "--procs", str(procs),
                 *(FAST if fast else []), *args]
         # A session of its own: signals reach it only when a test sends them, as from a terminal.
-        self.process = subprocess.Popen(argv, cwd=ROOT, env=cli_env(JOBSUP_RECORD_DSN=dsn),
+        self.process = subprocess.Popen(argv, cwd=ROOT, env=cli_env(**{"JOBSUP_RECORD_DSN": dsn, **(env or {})}),
                                         stdout=self.logfile, stderr=subprocess.STDOUT, start_new_session=True)
         self.pid = self.process.pid
 

@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from ..dsn import pooler
 from ..errors import BadInput
 
 
@@ -36,6 +37,10 @@ class Config:
     start_timeout: float = 60.0
     # A worker asked to stop (timeout, shutdown) gets this long after SIGTERM before SIGKILL.
     kill_grace: float = 2.0
+    # "transaction": the DSN leads to a transaction pooler (PgBouncer pool_mode=transaction), so no
+    # connection relies on its session; LISTEN then needs listen_dsn, or the claim loop polls.
+    pooler: str = "none"
+    listen_dsn: str = ""  # a direct connection for LISTEN when the DSN leads to a pooler
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -49,6 +54,7 @@ class Config:
             max_memory_mb=int(args.max_memory), backoff_base=float(args.backoff_base),
             backoff_cap=float(args.backoff_cap), backoff_jitter=float(args.backoff_jitter),
             log_format=args.log_format, log_level=args.log_level,
+            pooler=args.pooler or "none", listen_dsn=args.listen_dsn or "",
         )
         config.validate()
         return config
@@ -66,8 +72,14 @@ class Config:
         # argparse checks the choices of a flag, not of a JOBSUP_* variable standing in for it.
         if self.log_format not in ("text", "json"):
             raise BadInput(f"JOBSUP_LOG_FORMAT must be text or json, not {self.log_format!r}")
+        pooler(self.pooler)
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
+
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooler == "transaction"
 
 
 DEFAULTS = Config()
