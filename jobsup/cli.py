@@ -245,6 +245,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 # --- the parser ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
+    from . import bench
     from .monitor import cli as monitor_cli
     from .supervisor import cli as supervisor_cli
 
@@ -290,6 +291,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     supervisor_cli.configure(sub.add_parser("start", parents=[db], help="run the supervisor and its workers"))
     monitor_cli.configure(sub.add_parser("top", parents=[db], help="the live console"))
+    bench.configure(sub.add_parser("bench", parents=[db], help="measure jobsup on this database"))
     return parser
 
 
