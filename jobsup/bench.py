@@ -86,7 +86,7 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str,
             jobs = _jobs_held(conn)
             where = dsns.redact(server_dsn)
             if jobs:
-                raise BadInput(f"the jobsup schema of {where} holds {jobs} job{"s" if jobs != 1 else ""}: jobsup bench will not run "
+                raise BadInput(f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: jobsup bench will not run "
                                "among them; use --database NAME for a scratch database (nothing touched)")
             raise BadInput(f"{where} has a jobsup schema already: jobsup bench only runs in one it creates "
                            "and drops; use --database NAME for a scratch database (nothing touched)")
