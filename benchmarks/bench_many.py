@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -21,13 +20,12 @@ import time
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import benchmark, embedded  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from benchmarks import scratch  # noqa: E402
+from jobsup import benchmark  # noqa: E402
 from jobsup.sql import STATEMENTS as SQL  # noqa: E402
 
 LAYOUTS = {"1x8": (1, 8), "4x2": (4, 2)}
@@ -67,37 +65,20 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--jobs", type=int, default=20_000)
     args = parser.parse_args()
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-many-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_many WITH (FORCE)")
-            admin.execute("CREATE DATABASE jobsup_bench_many")
-        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_many")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-        results: dict[str, list[float]] = {name: [] for name in LAYOUTS}
+    results: dict[str, list[float]] = {name: [] for name in LAYOUTS}
+    with scratch.database(args.dsn, "jobsup_bench_many") as dsn:
         for number in range(args.rounds):
             order = list(LAYOUTS) if number % 2 == 0 else list(reversed(LAYOUTS))
             for name in order:
                 results[name].append(layout_run(dsn, *LAYOUTS[name], args.jobs))
             print(f"round {number + 1}: " + ", ".join(f"{n} {results[n][-1]:,.0f} jobs/s" for n in LAYOUTS),
                   flush=True)
-        medians = {name: statistics.median(values) for name, values in results.items()}
-        print(f"\n{args.jobs:,} no-op jobs, median of {args.rounds} rounds ({os.cpu_count()} cores, "
-              f"load {os.getloadavg()[0]:.1f}):")
-        for name, value in medians.items():
-            print(f"  {name:<4} {value:>10,.0f} jobs/s")
-        print(f"  4x2 / 1x8: {medians['4x2'] / medians['1x8']:.2f}")
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_many WITH (FORCE)")
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pgdata")
-            shutil.rmtree(tmp, ignore_errors=True)
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    print(f"\n{args.jobs:,} no-op jobs, median of {args.rounds} rounds ({os.cpu_count()} cores, "
+          f"load {os.getloadavg()[0]:.1f}):")
+    for name, value in medians.items():
+        print(f"  {name:<4} {value:>10,.0f} jobs/s")
+    print(f"  4x2 / 1x8: {medians['4x2'] / medians['1x8']:.2f}")
     return 0
 
 

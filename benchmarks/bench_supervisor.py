@@ -21,21 +21,18 @@ import argparse
 import json
 import multiprocessing
 import os
-import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import benchmark, embedded  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from benchmarks import scratch  # noqa: E402
+from jobsup import benchmark  # noqa: E402
 from jobsup.sql import STATEMENTS as SQL  # noqa: E402
 
 PLAIN_JOBS = 20_000
@@ -115,34 +112,20 @@ def main() -> int:
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
-    tmp = None
-    server = args.dsn
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute("DROP DATABASE IF EXISTS jobsup_bench_supervisor WITH (FORCE)")
-            admin.execute("CREATE DATABASE jobsup_bench_supervisor")
-        dsn = conninfo.make_conninfo(server, dbname="jobsup_bench_supervisor")
+    with scratch.database(args.dsn, "jobsup_bench_supervisor") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
             conn.execute(SQL["bench_pickup_table"])
         runs = []
         for number in range(1, args.runs + 1):
             runs.append(one_run(dsn, args.procs))
             print(f"run {number}: " + ", ".join(f"{k}={v:.4g}" for k, v in runs[-1].items()), flush=True)
-        medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
-        print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
-              f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
-        for key, label, fmt, target in ROWS:
-            print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
-        if args.json:
-            Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pgdata")
-            shutil.rmtree(tmp, ignore_errors=True)
+    medians = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
+          f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+    for key, label, fmt, target in ROWS:
+        print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"runs": runs, "median": medians}, indent=2))
     return 0
 
 
