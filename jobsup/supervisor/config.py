@@ -72,10 +72,9 @@ class Config:
         # argparse checks the choices of a flag, not of a JOBSUP_* variable standing in for it.
         if self.log_format not in ("text", "json"):
             raise BadInput(f"JOBSUP_LOG_FORMAT must be text or json, not {self.log_format!r}")
-        pooler(self.pooler)
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
-
+        pooler(self.pooler)
 
     @property
     def pooled(self) -> bool:
