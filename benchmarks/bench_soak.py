@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.bench_soak [--dsn DSN] [--duration 10m] [--keep-done 60s]
         [--keep-dead 60s] [--procs 8] [--backlog 50000] [--hold-snapshot 3m:2m] [--json PATH]
 
-One `jobsup start --procs 8 --app examples.bench_app:app --keep-done 60s` on a database of its own,
+One `jobsup start --procs 8 --app jobsup.bench_app:app --keep-done 60s` on a database of its own,
 an enqueuer that keeps --backlog jobs waiting (plain SQL INSERTs of 5,000 no-op jobs), and per minute:
   - jobs/s done (from the per-kind totals);
   - the claim's latency, p50 and p99: a probe connection runs the supervisor's own claim statement
@@ -194,7 +194,7 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-soak-", suffix=".log", delete=False)
     process = subprocess.Popen(
         [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(args.procs),
-         "--app", "examples.bench_app:app", "--keep-done", str(args.keep_done), "--keep-dead",
+         "--app", "jobsup.bench_app:app", "--keep-done", str(args.keep_done), "--keep-dead",
          str(args.keep_dead), *(["--prune-interval", str(args.prune_interval)] if args.prune_interval else [])],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     shared = Shared()

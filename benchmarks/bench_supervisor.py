@@ -3,8 +3,9 @@
     .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
         [--only basic,drain] [--depths 20000,200000,1000000] [--drain-runs N]
 
-Each run measures, through one supervisor started with default flags:
-  - 20,000 no-op jobs enqueued in one statement: jobs/s from the enqueue's commit to the last done;
+Each run measures, through one supervisor started with default flags (jobsup/benchmark.py, the code
+`jobsup bench` runs too):
+  - 20,000 no-op jobs enqueued in one transaction: its jobs/s, then jobs/s from its commit to the last done;
   - 5,000 jobs that sleep 1 ms: the same;
   - pickup latency at low load: 200 jobs enqueued one at a time, 20 ms apart, into an idle system
     (after 30 unmeasured ones), from the enqueuer's commit returning to the handler starting (both
@@ -13,97 +14,30 @@ Each run measures, through one supervisor started with default flags:
   - RSS per worker, as the supervisor's heartbeat reports it.
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
 queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
-
-Then the deep-backlog drains (issue 13, benchmarks/drain.py): at each of --depths, a supervisor started
-on a backlog loaded beforehand, beside plain SQL draining the same depth in the same run; the default
-depths stop at 200,000 (`--depths 20000,200000,1000000` adds the million: about 5 minutes a run).
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Iterator
-from contextlib import contextmanager
 import json
 import multiprocessing
 import os
-import shutil
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-import psutil
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import drain  # noqa: E402
-from jobsup import embedded, queue  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from benchmarks import drain, scratch  # noqa: E402
+from jobsup import benchmark  # noqa: E402
+from jobsup.sql import STATEMENTS as SQL  # noqa: E402
 
-NOOP_JOBS = 20_000
-SLEEP_JOBS = 5_000
-PICKUP_JOBS = 200
-PICKUP_GAP = 0.020
-PICKUP_WARMUP = 30
 PLAIN_JOBS = 20_000
 PLAIN_BATCH = 100
-
-
-def wait(condition, timeout: float, what: str, interval: float = 0.005) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise SystemExit(f"bench: gave up waiting for {what}")
-        time.sleep(interval)
-
-
-def done_of(conn: psycopg.Connection, kind: str) -> int:
-    return conn.execute("SELECT coalesce(sum(done), 0) FROM jobsup.kind_totals WHERE kind = %s",
-                        (kind,)).fetchone()[0]
-
-
-def throughput(conn: psycopg.Connection, kind: str, count: int, sup: psutil.Process) -> tuple[float, float]:
-    """Jobs/s for `count` jobs of `kind`, and the supervisor's CPU seconds meanwhile."""
-    before = done_of(conn, kind)
-    cpu0 = sum(sup.cpu_times()[:2])
-    with conn.transaction():
-        queue.enqueue_many(conn, [{"kind": kind}] * count)
-    started = time.perf_counter()
-    wait(lambda: done_of(conn, kind) >= before + count, 300, f"{count} {kind} jobs")
-    elapsed = time.perf_counter() - started
-    return count / elapsed, (sum(sup.cpu_times()[:2]) - cpu0) / elapsed
-
-
-def pickup(dsn: str) -> list[float]:
-    """Milliseconds from each commit to its handler's start, after a few unmeasured jobs that let every
-    connection prepare its statements and every worker open its connection."""
-    committed: dict[int, float] = {}
-    with psycopg.connect(dsn) as conn:
-        conn.execute("TRUNCATE bench_pickup")  # the rows of an earlier run
-        conn.commit()
-        for _ in range(PICKUP_WARMUP):
-            queue.enqueue(conn, "pickup")
-            conn.commit()
-            time.sleep(PICKUP_GAP)
-        wait(lambda: conn.execute("SELECT count(*) FROM bench_pickup").fetchone()[0] == PICKUP_WARMUP, 60,
-             "warm-up pickups")
-        conn.execute("TRUNCATE bench_pickup")
-        conn.commit()
-        for _ in range(PICKUP_JOBS):
-            job_id = queue.enqueue(conn, "pickup")
-            conn.commit()
-            committed[job_id] = time.time()
-            time.sleep(PICKUP_GAP)
-        wait(lambda: conn.execute("SELECT count(*) FROM bench_pickup").fetchone()[0] == PICKUP_JOBS, 60,
-             "pickups")
-        started = dict(conn.execute("SELECT job_id, started FROM bench_pickup").fetchall())
-    return sorted((started[i] - committed[i]) * 1000 for i in committed)
 
 
 def _plain_worker(dsn: str, barrier, results) -> None:
@@ -147,51 +81,16 @@ def plain_sql(dsn: str, procs: int) -> float:
     return handled / elapsed
 
 
-def percentile(values: list[float], p: float) -> float:
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
-
-
 def one_run(dsn: str, procs: int) -> dict[str, float]:
-    conn = psycopg.connect(dsn, autocommit=True)
-    conn.execute("TRUNCATE jobsup.jobs, jobsup.kind_totals, jobsup.events")
-    env = {**os.environ, "JOBSUP_BENCH_DSN": dsn, "PYTHONPATH": str(ROOT)}
-    log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-", suffix=".log", delete=False)
-    process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                "--app", "examples.bench_app:app"], cwd=ROOT, env=env, stderr=log)
-    try:
-        sup = psutil.Process(process.pid)
-
-        def all_idle() -> bool:
-            row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
-            return bool(row) and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
-
-        wait(all_idle, 60, "the workers")
-        # Latency first, on an idle system: after the throughput runs, autovacuum of their dead rows
-        # would compete with it.
-        latencies = pickup(dsn)
-        noop, cpu = throughput(conn, "noop", NOOP_JOBS, sup)
-        sleep, _ = throughput(conn, "sleep_1ms", SLEEP_JOBS, sup)
-        rss = statistics.median(w["rss"] for w in conn.execute("SELECT workers FROM jobsup.supervisors")
-                                .fetchone()[0]) / 2**20
-    except BaseException:
-        print(f"bench: the supervisor's log is {log.name}", file=sys.stderr)
-        raise
-    finally:
-        process.terminate()
-        process.wait(60)
-        conn.close()
+    """The supervisor's figures (jobsup.benchmark, as `jobsup bench` measures them), then plain SQL."""
+    figures = benchmark.one_run(dsn, procs, connect=lambda d: psycopg.connect(d, autocommit=True))
     plain = plain_sql(dsn, procs)
-    return {
-        "noop_jobs_per_s": noop, "sleep_1ms_jobs_per_s": sleep,
-        "pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95),
-        "pickup_p99_ms": percentile(latencies, 99),
-        "supervisor_cpu_of_one_core": cpu, "supervisor_cpu_of_machine": cpu / (os.cpu_count() or 1),
-        "rss_per_worker_mb": rss, "plain_sql_claim_complete_b100_per_s": plain,
-        "noop_vs_plain_sql": noop / plain,
-    }
+    return {**figures, "plain_sql_claim_complete_b100_per_s": plain,
+            "noop_vs_plain_sql": figures["noop_jobs_per_s"] / plain}
 
 
 ROWS = [
+    ("enqueue_jobs_per_s", "bulk enqueue of the 20,000 (one transaction)", "{:,.0f} jobs/s", ""),
     ("noop_jobs_per_s", "20,000 no-op jobs", "{:,.0f} jobs/s", ">= 10,000"),
     ("sleep_1ms_jobs_per_s", "5,000 jobs of 1 ms", "{:,.0f} jobs/s", ">= 6,000 (limit 8,000)"),
     ("pickup_p50_ms", "pickup p50", "{:.2f} ms", "< 2 ms"),
@@ -240,9 +139,10 @@ def main() -> int:
     args = parser.parse_args()
     only = set(args.only.split(","))
     depths = [int(d) for d in args.depths.split(",") if d.strip()]
-    with bench_database(args.dsn, "jobsup_bench_supervisor") as dsn:
+
+    with scratch.database(args.dsn, "jobsup_bench_supervisor") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            conn.execute("CREATE TABLE bench_pickup (job_id bigint, started float8)")
+            conn.execute(SQL["bench_pickup_table"])
         report: dict = {}
         if "basic" in only:
             runs, medians = run_all(lambda number: one_run(dsn, args.procs), args.runs)
@@ -263,28 +163,6 @@ def main() -> int:
         if args.json:
             Path(args.json).write_text(json.dumps(report, indent=2))
     return 0
-
-
-@contextmanager
-def bench_database(server: str | None, name: str) -> Iterator[str]:
-    """A fresh, migrated database `name` on `server`, or on an embedded server in a temporary directory
-    (stopped and removed afterwards): its DSN."""
-    tmp = None
-    if server is None:
-        tmp = Path(tempfile.mkdtemp(prefix="jobsup-bench-"))
-        server = embedded.ensure_running(tmp / "pgdata")
-    try:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-            admin.execute(f"CREATE DATABASE {name}")
-        dsn = conninfo.make_conninfo(server, dbname=name)
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-        yield dsn
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pgdata")
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -245,7 +245,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 # --- the parser ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import cron_cli, doctor_cli, retention_cli
+    from . import bench, cron_cli, doctor_cli, retention_cli
     from .monitor import cli as monitor_cli
     from .supervisor import cli as supervisor_cli
 
@@ -294,6 +294,7 @@ def build_parser() -> argparse.ArgumentParser:
     monitor_cli.configure(sub.add_parser("top", parents=[db], help="the live console"))
     doctor_cli.configure(sub.add_parser("doctor", parents=[db], help="check the database's health; exit 1 on a problem"))
     cron_cli.configure(sub.add_parser("cron", parents=[db], help="schedules: list, run, pause, resume"))
+    bench.configure(sub.add_parser("bench", parents=[db], help="measure jobsup on this database"))
     return parser
 
 

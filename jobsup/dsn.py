@@ -12,7 +12,7 @@ import psycopg
 from psycopg import conninfo
 
 from . import embedded
-from .errors import DatabaseUnavailable, first_line
+from .errors import BadInput, DatabaseUnavailable, first_line
 
 # libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded.
 _URL_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]+@")
@@ -52,6 +52,30 @@ def check(dsn: str) -> None:
         ) from None
 
 
+# What sits between jobsup and PostgreSQL: nothing, or a pooler that hands each transaction to any
+# server connection (PgBouncer's pool_mode=transaction). Behind the latter, a connection has no session:
+# no server-side prepared statement, setting or LISTEN outlives the transaction that made it.
+POOLERS = ("none", "transaction")
+
+
+def pooler(value: str | None = None) -> str:
+    """`--pooler`, else JOBSUP_POOLER, else none; BadInput for a mode jobsup does not know.
+
+    >>> pooler("transaction"), pooler("")
+    ('transaction', 'none')
+    """
+    chosen = (value if value is not None else os.environ.get("JOBSUP_POOLER", "")) or "none"
+    if chosen not in POOLERS:
+        raise BadInput(f"--pooler (JOBSUP_POOLER) must be none or transaction, not {chosen!r}")
+    return chosen
+
+
+def prepare_threshold(mode: str | None = None) -> int | None:
+    """psycopg's prepare_threshold for a connection through `mode`: behind a transaction pooler a
+    statement prepared in one transaction is gone (or another client's) in the next, so none is."""
+    return None if pooler(mode) == "transaction" else 5
+
+
 def describe_connect_error(dsn: str, exc: Exception) -> str:
     return f"cannot connect to {redact(dsn)}: {redact(first_line(exc))}"
 
@@ -59,6 +83,7 @@ def describe_connect_error(dsn: str, exc: Exception) -> str:
 def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
     """A connection, or DatabaseUnavailable with a message that names the server but not the password."""
     check(dsn)
+    kwargs.setdefault("prepare_threshold", prepare_threshold())
     try:
         return psycopg.connect(dsn, autocommit=autocommit, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
@@ -67,6 +92,7 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connectio
 
 async def aconnect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
     check(dsn)
+    kwargs.setdefault("prepare_threshold", prepare_threshold())
     try:
         return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:

@@ -20,7 +20,8 @@ class Queue:
     def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
         self.app = app or _EMPTY_APP
         self.pool = ConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
-                                   kwargs={"autocommit": True}, open=True)
+                                   kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+                                   open=True)
 
     def enqueue(self, kind: str, payload: Any = None, **opts: Any) -> int | None:
         with self.pool.connection() as conn:
@@ -46,7 +47,8 @@ class AsyncQueue:
     def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
         self.app = app or _EMPTY_APP
         self.pool = AsyncConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
-                                        kwargs={"autocommit": True}, open=False)
+                                        kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+                                        open=False)
 
     async def enqueue(self, kind: str, payload: Any = None, **opts: Any) -> int | None:
         async with self.pool.connection() as conn:

@@ -107,7 +107,8 @@ class Source:
         try:
             self._conn = await psycopg.AsyncConnection.connect(
                 self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                application_name=APPLICATION_NAME, options=options)
+                application_name=APPLICATION_NAME, options=options,
+                prepare_threshold=dsns.prepare_threshold())
         except psycopg.OperationalError as exc:
             self._failed(dsns.describe_connect_error(self.dsn, exc))
         self._failures = 0

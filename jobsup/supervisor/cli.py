@@ -41,6 +41,11 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
      None),
     ("--log-format", "text", "text for terminals, json (one object per line) for machines", ("text", "json")),
     ("--log-level", "text", "how much to log", ("debug", "info", "warning", "error")),
+    ("--pooler", "text", "what the DSN leads to: none (PostgreSQL itself) or transaction (a pooler in "
+                         "transaction mode, such as PgBouncer's: no prepared statements, no session state, "
+                         "LISTEN only through --listen-dsn)", ("none", "transaction")),
+    ("--listen-dsn", "text", "with --pooler transaction: a direct connection to PostgreSQL for LISTEN; "
+                             "without one, the supervisor polls every 200 ms instead", None),
 ]
 
 # Flags whose Config field has another name.

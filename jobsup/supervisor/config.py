@@ -6,6 +6,7 @@ import argparse
 import os
 from dataclasses import dataclass
 
+from ..dsn import pooler
 from ..errors import BadInput
 from ..retention import KEEP_DEAD, KEEP_DONE
 
@@ -41,6 +42,10 @@ class Config:
     keep_done: float = KEEP_DONE  # seconds a done job is kept; 0 keeps it forever
     keep_dead: float = KEEP_DEAD  # the same for dead and cancelled jobs
     prune_interval: float = 30.0  # between pruning rounds; a round goes on until nothing is left
+    # "transaction": the DSN leads to a transaction pooler (PgBouncer pool_mode=transaction), so no
+    # connection relies on its session; LISTEN then needs listen_dsn, or the claim loop polls.
+    pooler: str = "none"
+    listen_dsn: str = ""  # a direct connection for LISTEN when the DSN leads to a pooler
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -56,6 +61,7 @@ class Config:
             backoff_cap=float(args.backoff_cap), backoff_jitter=float(args.backoff_jitter),
             log_format=args.log_format, log_level=args.log_level, keep_done=float(args.keep_done),
             keep_dead=float(args.keep_dead), prune_interval=float(args.prune_interval),
+            pooler=args.pooler or "none", listen_dsn=args.listen_dsn or "",
         )
         config.validate()
         return config
@@ -76,6 +82,11 @@ class Config:
             raise BadInput(f"JOBSUP_LOG_FORMAT must be text or json, not {self.log_format!r}")
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
+        pooler(self.pooler)
+
+    @property
+    def pooled(self) -> bool:
+        return self.pooler == "transaction"
 
 
 DEFAULTS = Config()

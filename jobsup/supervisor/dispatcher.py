@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from .. import queue
 from ..job import Job
 from ..queue import ClaimKey, Failure
+from ..sql import STATEMENTS as SQL
 from .config import Config
 from .keeper import Keeper, Worker
 from .keys import ClaimKeys
@@ -226,7 +227,13 @@ class Dispatcher:
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
                              count=len(released), ids=released)
-            return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
+            if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
+                return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
+            # Through a transaction pooler there is no session to hold it: the claim's own
+            # transaction sets it, sent in one pipeline with the claim.
+            async with conn.pipeline(), conn.transaction():
+                await conn.execute(SQL["claim_without_flush_wait"])
+                return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.

@@ -26,12 +26,16 @@ LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class Link:
-    def __init__(self, dsn: str, name: str, log: EventLog, settings: dict[str, str]) -> None:
+    def __init__(self, dsn: str, name: str, log: EventLog, settings: dict[str, str], *,
+                 pooled: bool = False) -> None:
         self.dsn = dsn
         self.name = name
         self.log = log
+        # Through a transaction pooler a connection has no session of its own: nothing is prepared
+        # on the server and no setting is sent (PgBouncer refuses the `options` startup parameter).
+        self.pooled = pooled
         # Server settings of every connection this link opens, sent with the connection request.
-        self.options = " ".join(f"-c {key}={value}" for key, value in settings.items())
+        self.options = "" if pooled else " ".join(f"-c {key}={value}" for key, value in settings.items())
         self.conn: psycopg.AsyncConnection | None = None
         self.lost = False  # the previous connection broke; cleared by the next successful connect
         self.failed_tries = 0  # connection attempts failed in a row
@@ -47,7 +51,7 @@ class Link:
             try:
                 self.conn = await psycopg.AsyncConnection.connect(
                     self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}",
-                    options=self.options)
+                    options=self.options, prepare_threshold=None if self.pooled else 5)
                 self.failed_tries = 0
                 if self.lost:
                     self.lost = False

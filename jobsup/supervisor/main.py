@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 
 from .. import dsn as dsns
-from ..errors import EXIT_INTERRUPTED, WorkersFailed
+from ..errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from ..migrate import require_schema
 from .config import Config
 from .log import EventLog
@@ -13,6 +13,12 @@ from .supervisor import Supervisor
 
 
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
+    if config.listen_dsn:
+        # Before any worker starts: a listener that cannot connect would leave the supervisor deaf.
+        try:
+            dsns.connect(config.listen_dsn).close()
+        except DatabaseUnavailable as exc:
+            raise DatabaseUnavailable(f"--listen-dsn: {exc}") from None
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
     # Workers first, before this process opens any connection or thread (DESIGN.md): they come from

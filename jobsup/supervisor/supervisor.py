@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import socket
+from dataclasses import replace
 from datetime import datetime, timezone
 
 import psycopg
@@ -39,6 +40,10 @@ SESSION = {"plan_cache_mode": "force_custom_plan"}
 # again: at-least-once, as ever. Outcome writes stay synchronous, and their flush makes every earlier
 # claim durable too.
 CLAIMS_SESSION = {"synchronous_commit": "off"}
+# Behind a transaction pooler with no --listen-dsn, the claim loop polls at least this often instead of
+# waiting for NOTIFY: an empty claim reads one empty index page, so five a second per supervisor cost
+# the server little, and a job waits at most this long to be picked up.
+POLL_WITHOUT_LISTEN = 0.2
 # How long a hard stop (second Ctrl-C) may spend handing jobs back before it gives up on the database.
 HARD_STOP_BUDGET = 2.0
 # While waiting for running jobs at shutdown, say what is still running this often.
@@ -100,14 +105,25 @@ class Supervisor:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal, sig.name)
         self.keeper.attach(loop)
-        self.links = {name: Link(dsn, name, self.log, SESSION) for name in ("writes", "house", "listen", "prune")}
-        self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION})
+        pooled = self.config.pooled
+        self.links = {name: Link(dsn, name, self.log, SESSION, pooled=pooled) for name in ("writes", "house", "prune")}
+        self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled)
         # Connects only if the app has schedules. A fire's job and its watermark commit together, so an
         # unflushed commit lost in a server crash loses both, and the fire is due again after it: like
         # the claims, it need not wait for the WAL flush, which was most of a fire's latency.
-        self.links["schedules"] = Link(dsn, "schedules", self.log, {**SESSION, **CLAIMS_SESSION})
+        self.links["schedules"] = Link(dsn, "schedules", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled)
         self.scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])
-        self.dispatcher = Dispatcher(self.config, self.log, self.id, self.keeper,
+        listen_dsn = self.config.listen_dsn or (None if pooled else dsn)
+        config = self.config
+        if listen_dsn:
+            self.links["listen"] = Link(listen_dsn, "listen", self.log, SESSION)
+        else:
+            # A transaction pooler hands each statement to any server connection: a LISTEN there
+            # hears nothing (or another client's notifications), so the claim loop polls instead.
+            config = replace(config, poll_interval=min(config.poll_interval, POLL_WITHOUT_LISTEN))
+            self.log("listener.off", "warning", reason="--pooler transaction without --listen-dsn",
+                     poll=f"{config.poll_interval * 1000:g}ms")
+        self.dispatcher = Dispatcher(config, self.log, self.id, self.keeper,
                                      self.links["claims"], self.links["writes"])
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             self.dispatcher.worker_ready(worker)
@@ -116,13 +132,12 @@ class Supervisor:
                  django=self.config.django or None,
                  pid=os.getpid())
         await self._heartbeat()
-        tasks = [loop.create_task(coro, name=name) for name, coro in (
-            ("claim", self.dispatcher.claim_loop()), ("flush", self.dispatcher.flush_loop()),
-            ("lease", self.dispatcher.lease_loop()), ("listen", self._listen_loop()),
-            ("reap", self._reap_loop()), ("heartbeat", self._heartbeat_loop()), ("tick", self._tick_loop()),
-            ("schedule", self.scheduler.run()),
-            ("prune", prune_loop(self.links["prune"], self.config, self.log)),
-        )]
+        loops = {"claim": self.dispatcher.claim_loop, "flush": self.dispatcher.flush_loop,
+                 "lease": self.dispatcher.lease_loop, "listen": self._listen_loop, "reap": self._reap_loop,
+                 "heartbeat": self._heartbeat_loop, "tick": self._tick_loop, "schedule": self.scheduler.run,
+                 "prune": lambda: prune_loop(self.links["prune"], self.config, self.log)}
+        tasks = [loop.create_task(run(), name=name) for name, run in loops.items()
+                 if name != "listen" or "listen" in self.links]
         for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
             task.add_done_callback(lambda _: self.stop_wakeup.set())
         while not (self.signals or self.fatal):
@@ -255,7 +270,8 @@ class Supervisor:
             await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
-        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")]
+        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")
+                   if name in by_name]
         for task in stopped:
             task.cancel()
         await asyncio.gather(*stopped, return_exceptions=True)

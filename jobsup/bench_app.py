@@ -1,4 +1,4 @@
-"""Handlers of the supervisor benchmark (benchmarks/bench_supervisor.py)."""
+"""Handlers of the supervisor benchmark (`jobsup bench` and benchmarks/bench_supervisor.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import time
 
 import psycopg
 
-from jobsup import App, Job
+from . import dsn as dsns
+from .app import App
+from .job import Job
+from .sql import STATEMENTS as SQL
 
 app = App()
 _conn: psycopg.Connection | None = None
@@ -29,5 +32,5 @@ def pickup(job: Job) -> None:
     started = time.time()
     global _conn
     if _conn is None:
-        _conn = psycopg.connect(os.environ["JOBSUP_BENCH_DSN"], autocommit=True)
-    _conn.execute("INSERT INTO bench_pickup (job_id, started) VALUES (%s, %s)", (job.id, started))
+        _conn = dsns.connect(os.environ["JOBSUP_BENCH_DSN"])  # JOBSUP_POOLER says whether it may prepare
+    _conn.execute(SQL["bench_pickup_started"], {"job_id": job.id, "started": started})
