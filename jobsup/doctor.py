@@ -21,11 +21,11 @@ from .sql import STATEMENTS as SQL
 
 Level = Literal["ok", "warn", "fail"]
 
-# The connections a running supervisor holds: jobsup/supervisor/supervisor.py opens one Link of each,
-# named "jobsup <link>" in application_name, "writes" with its first outcome (and one more for a
-# moment while it starts). Its worker processes hold none. tests/test_doctor.py counts them on a real
-# supervisor.
-SUPERVISOR_LINKS = ("claims", "writes", "house", "listen")
+# The connections a running supervisor holds at most: jobsup/supervisor/supervisor.py opens one Link of
+# each, named "jobsup <link>" in application_name, "writes" with its first outcome (and one more for a
+# moment while it starts), "schedules" only for an app with schedules. Its worker processes hold none.
+# tests/test_doctor.py counts them on a real supervisor.
+SUPERVISOR_LINKS = ("claims", "writes", "house", "listen", "prune", "schedules")
 CONSOLE_APPLICATION = "jobsup top"
 # Below this many dead tuples a table's dead share is no warning: a queue of 40 live jobs that has
 # just finished 400 is 90% dead and perfectly healthy.

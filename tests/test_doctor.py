@@ -178,14 +178,15 @@ def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, sta
 
     def counted():
         found = check(run_checks(conn), "connections")
-        return found if found.figures["supervisor_connections"] == {link: 1 for link in SUPERVISOR_LINKS} else None
+        expected = {link: 0 if link == "schedules" else 1 for link in SUPERVISOR_LINKS}  # the app has none
+        return found if found.figures["supervisor_connections"] == expected else None
 
     found = wait_for(counted, timeout=30, message="one connection per link")
     assert found.level == "ok" and found.figures["live_supervisors"] == 1
-    assert "1 supervisor x 4 = 4 at most, 4 open" in found.message
+    assert "1 supervisor x 6 = 6 at most, 5 open" in found.message
     opened = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
                           "AND application_name LIKE 'jobsup %'").fetchone()[0]
-    assert opened == len(SUPERVISOR_LINKS)  # the worker processes hold none
+    assert opened == len(SUPERVISOR_LINKS) - 1  # no schedules; the worker processes hold none
     assert run_checks(conn).exit_code == 0
     assert sup.stop() == 0
 

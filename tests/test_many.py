@@ -19,10 +19,10 @@ def test_four_supervisors_of_two_processes_handle_every_job_exactly_once(conn, s
     supervisors = [start(procs=2) for _ in range(4)]
     for sup in supervisors:
         sup.wait_ready()
-    # One connection each for claims, the housekeeping and the listener, and one for outcome writes
-    # from the first outcome on; whatever --procs is: workers open none.
-    each = {"jobsup claims": 4, "jobsup house": 4, "jobsup listen": 4}
-    wait_for(lambda: connections(conn) == each, message="3 connections per idle supervisor")
+    # One connection each for claims, the housekeeping, the listener and the pruner, and one for
+    # outcome writes from the first outcome on; whatever --procs is: workers open none.
+    each = {"jobsup claims": 4, "jobsup house": 4, "jobsup listen": 4, "jobsup prune": 4}
+    wait_for(lambda: connections(conn) == each, message="4 connections per idle supervisor")
     ids = enqueue_kinds(conn, ["record"] * JOBS)
     wait_for(lambda: status_counts(conn).get("done") == JOBS, timeout=120, message=f"{JOBS} done")
     calls = dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
