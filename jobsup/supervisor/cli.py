@@ -54,20 +54,21 @@ def _shown(kind: str, value: object) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ..cli import _duration, _int, _positive_int
+    from ..options import count, duration, env_note, positive_int
 
-    types = {"int": _positive_int, "count": _int, "duration": _duration, "fraction": float, "text": str}
+    types = {"int": positive_int, "count": count, "duration": duration, "fraction": float, "text": str}
     parser.description = ("Run the supervisor: it spawns --procs isolated worker processes, claims jobs in "
                           "batches, hands them to idle workers, writes outcomes back, renews leases and "
                           "runs the listener and the reaper. Every flag can also be set by the JOBSUP_* "
-                          "variable named in its help.")
+                          "variable named in its help. SIGTERM, SIGHUP (the terminal closed) and "
+                          "Ctrl-C stop it gracefully; a second Ctrl-C stops it at once.")
     for flag, kind, text, choices in FLAGS:
         name = flag[2:].replace("-", "_")
         default = getattr(DEFAULTS, _FIELD.get(name, name))
         env = f"JOBSUP_{name.upper()}"
         value = os.environ.get(env, ",".join(default) if isinstance(default, tuple) else default)
         parser.add_argument(flag, type=types[kind], default=None if value == "" else value, choices=choices,
-                            help=f"{text} (env {env}; default {_shown(kind, default)})")
+                            help=f"{text} ({env_note(env, _shown(kind, default))})")
     parser.set_defaults(run=run)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 
 from .. import dsn as dsns
 from ..errors import EXIT_INTERRUPTED, WorkersFailed
@@ -13,6 +14,9 @@ from .supervisor import Supervisor
 
 
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
+    # Until the loop runs, a hangup stops a start as Ctrl-C does (exit 130, nothing left behind); the
+    # loop then makes it a graceful stop.
+    signal.signal(signal.SIGHUP, signal.default_int_handler)
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
     # Workers first, before this process opens any connection or thread (DESIGN.md): they come from
