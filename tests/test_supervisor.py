@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from datetime import datetime
@@ -11,7 +12,7 @@ import pytest
 from jobsup import queue
 
 from .helpers import jobsup, wait_for
-from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
+from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
 
 
 def calls_per_job(conn) -> dict[int, int]:
@@ -176,6 +177,78 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
     assert not sup.workers()
 
 
+def busy_workers(conn) -> int:
+    """Workers running a job, as the supervisor's heartbeat says (a claimed job may be only prefetched)."""
+    row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
+    return sum(w["state"] == "busy" for w in row[0]) if row else 0
+
+
+def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
+    make_calls_table(conn)
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(6)])
+    sup = start("--prefetch", "2", procs=2)
+    wait_for(lambda: busy_workers(conn) == 2 and status_counts(conn).get("running") == 4,
+             message="2 running, 2 prefetched")
+    workers = sup.workers()
+    sup.signal(signal.SIGHUP, group=True)  # a closed terminal hangs up its whole process group
+    assert sup.process.wait(30) == 0, sup.log()
+    log = sup.log()
+    assert "shutdown.started" in log and "signal=SIGHUP" in log and "shutdown.done" in log, log
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+    rows = dict(conn.execute("SELECT id, status FROM jobsup.jobs").fetchall())
+    # the running ones finished (the workers ignore the hangup), the rest went back unspent; how many
+    # were done before the signal landed depends on the machine's load
+    assert set(rows.values()) == {"done", "queued"} and list(rows.values()).count("done") >= 2, log
+    assert {r[0] for r in conn.execute("SELECT attempts FROM jobsup.jobs WHERE status = 'queued'")} == {0}
+    assert "worker.died" not in log and "SIGHUP" not in log.replace("signal=SIGHUP", "")
+    wait_for(lambda: not any(alive(w) for w in workers), timeout=10, message="its workers gone")
+    assert set(ids) == set(rows)
+
+
+def test_a_hangup_during_a_shutdown_neither_cuts_it_short_nor_leaves_the_row(conn, start):
+    make_calls_table(conn)
+    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2})] * 2)
+    sup = start(procs=2)
+    wait_for(lambda: busy_workers(conn) == 2, message="both running")
+    sup.signal(signal.SIGTERM)
+    wait_for(lambda: conn.execute("SELECT state FROM jobsup.supervisors").fetchone() == ("stopping",),
+             message="the row saying stopping")
+    sup.signal(signal.SIGHUP, group=True)
+    assert sup.process.wait(30) == 0, sup.log()
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+    assert status_counts(conn) == {"done": 2}, sup.log()
+
+
+def test_rows_of_supervisors_that_are_gone_are_removed_sooner_than_stale_ones_elsewhere(conn, start):
+    import socket
+    import subprocess
+    import sys
+
+    from jobsup.supervisor.roster import FORGET_GONE_AFTER, FORGET_STALE_AFTER
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid of this host that no longer runs (reused within a test: astronomically rare)
+    here = socket.gethostname()
+    rows = [  # id, host, pid, seconds since its heartbeat
+        ("here-ended", here, ended.pid, FORGET_GONE_AFTER + 1),  # certainly gone: removed
+        # its pid gone, but it beat "just now" (ahead of the clock, however slowly the supervisor starts)
+        ("here-ended-just-now", here, ended.pid, -600),
+        ("here-alive", here, os.getpid(), FORGET_GONE_AFTER + 100),  # its process runs: kept, for now
+        ("elsewhere-silent", "other-host", 1, FORGET_STALE_AFTER - 60),  # cannot be checked: kept
+        ("elsewhere-stale", "other-host", 1, FORGET_STALE_AFTER + 1),  # silent past the window: removed
+    ]
+    for sup_id, host, pid, age in rows:
+        conn.execute("INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
+                     "VALUES (%s, %s, %s, '0', '{default}', 1, now() - make_interval(secs => %s))",
+                     (sup_id, host, pid, age))
+    sup = start()
+    sup.wait_log("supervisors.forgotten")
+    left = {r[0] for r in conn.execute("SELECT id FROM jobsup.supervisors WHERE pid <> %s", [sup.pid])}
+    assert left == {"here-ended-just-now", "here-alive", "elsewhere-silent"}, (left, sup.log())
+    assert "count=2" in sup.log() and "here-ended" in sup.log()
+    assert sup.stop() == 0
+
+
 def test_a_second_ctrl_c_stops_at_once(conn, start):
     queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
     sup = start("--shutdown-timeout", "60s", procs=2)
@@ -198,7 +271,8 @@ def test_a_second_ctrl_c_stops_at_once(conn, start):
 ])
 def test_an_app_that_does_not_load_is_one_clear_error(dsn, target, words):
     result = jobsup("start", "--dsn", dsn, "--app", target, "--procs", "2", timeout=60)
-    assert result.returncode == 3 if ":" in target else result.returncode in (2, 3)
+    # a malformed --app is bad input, refused before anything starts; one that does not import is exit 3
+    assert result.returncode == (3 if ":" in target else 2), result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("jobsup: error:") and words in last, result.stderr
     assert "Traceback" not in result.stderr
