@@ -320,3 +320,41 @@ def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
     assert dead["kind"] == "raise" and dead["attempt"] == 1 and "raised on attempt 1" in dead["error"]
     started = next(r for r in records if r["action"] == "supervisor.started")
     assert started["version"] and started["queues"] == ["default"] and "dsn" in started
+
+
+def test_repeated_identical_failures_are_logged_once_with_a_count(conn, start):
+    import json
+
+    n = 3000
+    enqueue_kinds(conn, ["nohandler"] * n, max_attempts=1)
+    sup = start("--log-format", "json")
+    wait_for(lambda: status_counts(conn).get("dead") == n, timeout=60, message="every job dead")
+    assert sup.stop() == 0
+    records = [json.loads(line) for line in sup.log().splitlines() if line.strip()]
+    for action in ("job.failed", "job.dead"):
+        lines = [r for r in records if r["action"] == action and r["kind"] == "nohandler"]
+        full = [r for r in lines if "job" in r]
+        counted = [r for r in lines if "more" in r]
+        assert len(full) + sum(r["more"] for r in counted) == n, (action, lines)  # every one accounted for
+        assert len(lines) < 20, (action, len(lines))  # not one line each
+        assert full[0]["error"] and full[0]["attempt"] == 1  # the first in full
+        assert all(r["error"] and r["over"] > 0 for r in counted)
+
+
+def test_a_count_of_repeats_reads_as_a_sentence_in_text():
+    import io
+
+    from jobsup.supervisor.log import EventLog
+
+    stream = io.StringIO()
+    log = EventLog("text", stream=stream)
+    for job in range(1, 1236):
+        log.alike("job.failed", "warning", like=("kind", "error"), job=job, kind="k", attempt=1, error="boom")
+    log.alike("job.failed", "warning", like=("kind", "error"), job=9, kind="k", attempt=1, error="other")
+    log.flush_repeats(force=True)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].endswith("WARNING job.failed         job=1 kind=k attempt=1 error=boom"), lines[0]
+    assert "job=9" in lines[1] and "error=other" in lines[1]
+    assert lines[2].split(" ", 1)[1].startswith("WARNING job.failed         kind=k error=boom "
+                                                "(and 1,234 more like it in the last "), lines[2]
