@@ -166,9 +166,14 @@ def test_ctrl_c_while_starting_stops_quietly_and_leaves_nothing(conn, start, app
 
 def test_two_supervisors_share_the_work_without_duplicates(conn, start):
     make_calls_table(conn)
-    ids = enqueue_kinds(conn, ["record"] * 2000)
     a = start(procs=3)
     b = start(procs=3)
+    # Both ready before any job exists: else the first to start could do them all before the other
+    # has imported its app, and the share would depend on which the scheduler ran first.
+    a.wait_ready()
+    b.wait_ready()
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 2)
+    ids = enqueue_kinds(conn, ["record"] * 2000)
     wait_for(lambda: done_count(conn) == len(ids), timeout=60, message="every job done")
     assert calls(conn) == {i: 1 for i in ids}
     by = dict(conn.execute("SELECT locked_by, count(*) FROM jobsup.jobs GROUP BY locked_by").fetchall())

@@ -15,14 +15,31 @@ from .helpers import jobsup, wait_for
 from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
 
 
+def workers_in_state(conn, state: str) -> int:
+    """Workers in `state` as the supervisor's heartbeat says (a claimed job may be only prefetched)."""
+    row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
+    return sum(w["state"] == state for w in row[0]) if row else 0
+
+
+def busy_workers(conn) -> int:
+    return workers_in_state(conn, "busy")
+
+
+def idle_workers(conn) -> int:
+    return workers_in_state(conn, "idle")
+
+
 def calls_per_job(conn) -> dict[int, int]:
     return dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
 
 
 def test_eight_workers_handle_each_of_1000_jobs_exactly_once(conn, start):
     make_calls_table(conn)
-    ids = enqueue_kinds(conn, ["record"] * 900 + ["async_ok"] * 100)  # async handlers run the same way
     sup = start(procs=8)
+    # Every worker ready first: else the first to import the app could, on a loaded machine, run all
+    # of them, and whether the work was spread would depend on which process the scheduler ran first.
+    wait_for(lambda: idle_workers(conn) == 8, timeout=60, message="eight idle workers")
+    ids = enqueue_kinds(conn, ["record"] * 900 + ["async_ok"] * 100)  # async handlers run the same way
     wait_for(lambda: status_counts(conn).get("done") == 1000, timeout=60, message="1000 done")
     calls = calls_per_job(conn)
     assert sorted(calls) == sorted(ids)
@@ -61,7 +78,7 @@ def test_each_misbehaving_handler_costs_one_attempt_and_never_the_pool(conn, sta
     # The pool is still whole and working.
     [after] = enqueue_kinds(conn, ["record"])
     wait_for(lambda: calls_per_job(conn).get(after) == 1, message="a job after the carnage")
-    assert len(sup.workers()) == 3
+    wait_for(lambda: len(sup.workers()) == 3, message="three workers")  # the last replaced may be starting
     log = sup.log()
     assert "worker.died" in log and "job.timed_out" in log
     assert sup.stop() == 0
@@ -83,10 +100,12 @@ def test_unknown_kind_and_unusable_payload_end_dead_with_a_clear_error(conn, sta
 
 def test_a_slow_job_on_a_short_lease_and_the_jobs_prefetched_behind_it_run_once(conn, start):
     make_calls_table(conn)
-    slow = queue.enqueue(conn, "sleep", {"seconds": 0.9}, priority=1)
+    slow = queue.enqueue(conn, "sleep", {"seconds": 3}, priority=1)
     behind = enqueue_kinds(conn, ["record"] * 3)
-    # One worker, so the prefetched jobs wait behind the slow one for longer than their lease.
-    start("--lease", "300ms", "--prefetch", "3", procs=1)
+    # One worker, so the prefetched jobs wait behind the slow one for three times their lease. A lease
+    # of 1 s (renewed every 333 ms), not less: on a loaded machine a renewal can be late by a few
+    # hundred milliseconds, and that would be the machine's fault, not the renewal's.
+    start("--lease", "1s", "--prefetch", "3", procs=1)
     wait_for(lambda: status_counts(conn).get("done") == 4, message="all four done")
     rows = conn.execute("SELECT id, attempts FROM jobsup.jobs ORDER BY id").fetchall()
     assert rows == [(slow, 1)] + [(job_id, 1) for job_id in behind]
@@ -101,8 +120,8 @@ def test_a_delayed_retry_starts_on_time_not_at_the_next_poll(conn, start):
         "SELECT errors, started_at FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchall()
     assert len(errors) == 1
     failed_at = datetime.fromisoformat(errors[0]["at"])
-    # The backoff is 270-300 ms; the poll would be 30 s late.
-    assert 0.25 < (retry_started - failed_at).total_seconds() < 2, (failed_at, retry_started)
+    # The backoff is 300 ms (jitter 0); the poll would be 30 s late. 10 s leaves room for a loaded machine.
+    assert 0.25 < (retry_started - failed_at).total_seconds() < 10, (failed_at, retry_started)
 
 
 def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
@@ -111,8 +130,8 @@ def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
     enqueued = time.monotonic()
     queue.enqueue(conn, "ok")
-    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=5, message="done after NOTIFY")
-    assert time.monotonic() - enqueued < 2
+    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="done after NOTIFY")
+    assert time.monotonic() - enqueued < 10  # the poll is 30 s; a loaded machine may take seconds
 
 
 def test_heartbeat_describes_workers_and_a_clean_stop_removes_it(conn, start):
@@ -166,9 +185,8 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
 def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn, start):
     queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
     sup = start("--shutdown-timeout", "300ms", procs=2)
-    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
-    wait_for(lambda: len(sup.workers()) == 2)
-    time.sleep(0.2)  # let both handlers actually start sleeping
+    # Both in a worker, not prefetched (a prefetched job is handed back, not interrupted).
+    wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
     sup.signal(signal.SIGINT, group=True)  # Ctrl-C in the terminal reaches the workers too
     assert sup.process.wait(20) == 0
     rows = conn.execute("SELECT status, attempts, last_error FROM jobsup.jobs ORDER BY id").fetchall()
@@ -177,10 +195,6 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
     assert not sup.workers()
 
 
-def busy_workers(conn) -> int:
-    """Workers running a job, as the supervisor's heartbeat says (a claimed job may be only prefetched)."""
-    row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
-    return sum(w["state"] == "busy" for w in row[0]) if row else 0
 
 
 def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
@@ -257,8 +271,8 @@ def test_a_second_ctrl_c_stops_at_once(conn, start):
     sup.wait_log("shutdown.started")
     stopped = time.monotonic()
     sup.signal(signal.SIGINT, group=True)
-    assert sup.process.wait(10) == 130
-    assert time.monotonic() - stopped < 5
+    assert sup.process.wait(30) == 130
+    assert time.monotonic() - stopped < 20  # the shutdown timeout is 60 s
     assert status_counts(conn) == {"queued": 2}
     wait_for(lambda: not sup.workers(), timeout=5, message="no worker left")
 
@@ -292,7 +306,7 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
     second = queue.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
     wait_for(lambda: status_counts(conn).get("done") == 2, timeout=15, message="both delayed jobs done")
     late = dict(conn.execute("SELECT id, extract(epoch FROM started_at - run_at) FROM jobsup.jobs").fetchall())
-    assert 0 <= late[first] < 2 and 0 <= late[second] < 2, late  # the poll would be up to 30 s late
+    assert 0 <= late[first] < 10 and 0 <= late[second] < 10, late  # the poll would be up to 30 s late
 
 
 def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
@@ -303,7 +317,7 @@ def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the delayed job done")
     [late] = conn.execute("SELECT extract(epoch FROM started_at - run_at) FROM jobsup.jobs WHERE id = %s",
                           [job_id]).fetchone()
-    assert 0 <= late < 2, late  # the poll would be up to 30 s late
+    assert 0 <= late < 10, late  # the poll would be up to 30 s late
 
 
 def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
