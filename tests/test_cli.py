@@ -45,7 +45,7 @@ def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) 
                                            text=True))
              for args, says in cases]
     for args, says, proc in procs:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
         assert proc.returncode == 2, (args, out, err)
         assert "Traceback" not in err, (args, err)
         lines = err.strip().splitlines()
@@ -296,16 +296,13 @@ def test_a_data_dir_that_is_a_file_is_refused_in_one_line(tmp_path):
     assert result.returncode == 2 and "JOBSUP_DATA_DIR" in result.stderr, result.stderr
 
 
-def test_a_dsn_that_does_not_parse_is_named_without_its_password(dsn):
-    cases = ["postgresql//u:secretpw@127.0.0.1:1/x", "postgresql:u:secretpw@127.0.0.1/x",
-             "host=127.0.0.1 password=secretpw bogus", "host=127.0.0.1 password='secretpw"]
-    for bad in cases:
-        for args, env in ((["stats", "--dsn", bad], cli_env()), (["stats"], cli_env(JOBSUP_DSN=bad)),
-                          (["start", "--app", "examples.misbehave:app", "--dsn", bad], cli_env())):
-            result = jobsup(*args, env=env)
-            assert result.returncode == 1, (args, result.stderr)
-            assert "not a valid DSN" in result.stderr and "***" in result.stderr, result.stderr
-            assert "secretpw" not in result.stderr + result.stdout, result.stderr
+def test_start_names_a_dsn_that_does_not_parse_without_its_password():
+    # the other commands: tests/test_dsn.py, BAD_DSNS
+    result = jobsup("start", "--app", "examples.misbehave:app", "--procs", "1",
+                    "--dsn", "postgresql//u:secretpw@127.0.0.1:1/x")
+    assert result.returncode == 1, result.stderr
+    assert "not a valid DSN: 'postgresql//u:***@127.0.0.1:1/x'" in result.stderr, result.stderr
+    assert "secretpw" not in result.stderr + result.stdout and "Traceback" not in result.stderr
 
 
 def test_an_app_of_the_wrong_form_is_refused_before_anything_starts(dsn, conn):
