@@ -20,7 +20,7 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
     ("--lease", "duration", "lease of a held job, renewed every third of it", None),
     ("--timeout", "duration", "a job's time limit when its handler sets none; its worker is then terminated",
      None),
-    ("--shutdown-timeout", "duration", "on SIGTERM or Ctrl-C, how long running jobs may finish", None),
+    ("--shutdown-timeout", "duration", "on SIGTERM, SIGHUP or Ctrl-C, how long running jobs may finish", None),
     ("--reap-interval", "duration", "how often the reaper looks for expired leases", None),
     ("--poll-interval", "duration", "the safety-net poll when no NOTIFY arrives", None),
     ("--flush-interval", "duration", "how long outcomes wait to be written together", None),
