@@ -306,10 +306,11 @@ def test_start_names_a_dsn_that_does_not_parse_without_its_password():
 
 
 def test_an_app_of_the_wrong_form_is_refused_before_anything_starts(dsn, conn):
-    for app in ("examples.misbehave", "examples.misbehave:", ":app", "examples/misbehave.py:app", "a:b:c"):
-        line = refused(dsn, "start", "--app", app)  # one line: no worker.spawned before it
-        assert line == f"jobsup: error: --app must look like module:attribute (e.g. examples.lab:app), " \
-                       f"not {app!r}", line
+    # one line each: no worker.spawned before it
+    refused_all(dsn, [(["start", "--app", app], f"jobsup: error: --app must look like module:attribute "
+                                                 f"(e.g. examples.lab:app), not {app!r}")
+                      for app in ("examples.misbehave", "examples.misbehave:", ":app", "examples/misbehave.py:app",
+                                  "a:b:c")])
     line = refused(dsn, "start", JOBSUP_APP="nocolon")
     assert "--app must look like module:attribute" in line
     assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0

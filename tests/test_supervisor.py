@@ -266,7 +266,7 @@ def test_rows_of_supervisors_that_are_gone_are_removed_sooner_than_stale_ones_el
 def test_a_second_ctrl_c_stops_at_once(conn, start):
     queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
     sup = start("--shutdown-timeout", "60s", procs=2)
-    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
     sup.signal(signal.SIGINT, group=True)
     sup.wait_log("shutdown.started")
     stopped = time.monotonic()

@@ -130,7 +130,11 @@ class Keeper:
         terminal's process group while it imports would kill it with a traceback (or "Fatal Python
         error: init_import_site"), so those signals are blocked while it starts, as multiprocessing does
         for its resource tracker: the server inherits them blocked and ignores them for good, and one
-        that reached us meanwhile is delivered here when they are unblocked."""
+        that reached us meanwhile is delivered here when they are unblocked. The resource tracker is
+        started first: starting it unblocks SIGINT on its way out, which would undo the block."""
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
         blocked = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
         try:
             for slot in self.slots:

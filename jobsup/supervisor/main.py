@@ -9,20 +9,29 @@ from .. import dsn as dsns
 from ..errors import EXIT_INTERRUPTED, WorkersFailed
 from ..migrate import require_schema
 from .config import Config
+from .keeper import TERMINAL_SIGNALS
 from .log import EventLog
 from .supervisor import Supervisor
 
 
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
-    # Until the loop runs, a hangup stops a start as Ctrl-C does (exit 130, nothing left behind); the
-    # loop then makes it a graceful stop.
-    signal.signal(signal.SIGHUP, signal.default_int_handler)
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
+    # While the workers spawn, Ctrl-C and a hangup are only recorded (a KeyboardInterrupt raised inside
+    # multiprocessing's start of the fork server was seen lost, the start going on as if never
+    # interrupted); the start then stops with exit 130, nothing left behind. After that they raise
+    # KeyboardInterrupt, so connecting stays interruptible, until the loop makes them a graceful stop.
+    early: list[int] = []
+    for sig in TERMINAL_SIGNALS:
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     # Workers first, before this process opens any connection or thread (DESIGN.md): they come from
     # the fork server, and import the app while we connect.
     try:
         supervisor.keeper.spawn_all()
+        for sig in TERMINAL_SIGNALS:
+            signal.signal(sig, signal.default_int_handler)
+        if early:
+            raise KeyboardInterrupt
         resolved = dsns.resolve(dsn, data_dir)
         with dsns.connect(resolved) as conn:
             require_schema(conn)

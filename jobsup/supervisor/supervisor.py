@@ -310,6 +310,7 @@ class Supervisor:
         assert d is not None
         self.log("shutdown.now", "warning", reason="second Ctrl-C", running=len(d.running()))
         self.keeper.stopping = True
+        d.release_prefetched()  # claimed, not yet in a worker: handed back like the unstarted ones
         for worker in self.keeper.all_processes():
             if worker.jobs:
                 d.release_buffer.append((worker.jobs.popleft(), "interrupted: stopped at once (second Ctrl-C)"))
