@@ -121,8 +121,13 @@ def group_members(pgid: int) -> list[int]:
 
 
 def _importing(sup) -> bool:
-    """The supervisor's interpreter is loading the CLI's modules (psycopg's binary is mapped)."""
+    """The supervisor's interpreter is loading the CLI's modules (psycopg's binary is mapped). Its
+    command line first: until it execs, the child is a copy of this process, psycopg and all, and a
+    signal sent then dies with that copy."""
     try:
+        with open(f"/proc/{sup.pid}/cmdline", "rb") as cmdline:
+            if b"jobsup\0start" not in cmdline.read():
+                return False
         with open(f"/proc/{sup.pid}/maps") as maps:
             return "psycopg" in maps.read()
     except OSError:
