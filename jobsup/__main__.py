@@ -9,10 +9,9 @@ EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module mus
 def main() -> int:
     try:
         from .cli import main as cli_main
-
-        return cli_main()
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
+    return cli_main()
 
 
 if __name__ == "__main__":

@@ -17,18 +17,20 @@ from .supervisor import Supervisor
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
-    # While the workers spawn, Ctrl-C and a hangup are only recorded (a KeyboardInterrupt raised inside
-    # multiprocessing's start of the fork server was seen lost, the start going on as if never
-    # interrupted); the start then stops with exit 130, nothing left behind. After that they raise
-    # KeyboardInterrupt, so connecting stays interruptible, until the loop makes them a graceful stop.
+    # While the workers spawn, Ctrl-C and a hangup are only recorded, not raised inside
+    # multiprocessing's start of its fork server; the start then stops with exit 130, nothing left
+    # behind. After that they raise KeyboardInterrupt, so connecting stays interruptible, until the loop
+    # makes them a graceful stop. A signal this process inherited as ignored (`nohup`, a shell's `&`)
+    # stays ignored until then.
     early: list[int] = []
-    for sig in TERMINAL_SIGNALS:
+    ignored = {sig for sig in TERMINAL_SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
+    for sig in TERMINAL_SIGNALS - ignored:
         signal.signal(sig, lambda signum, _frame: early.append(signum))
     # Workers first, before this process opens any connection or thread (DESIGN.md): they come from
     # the fork server, and import the app while we connect.
     try:
         supervisor.keeper.spawn_all()
-        for sig in TERMINAL_SIGNALS:
+        for sig in TERMINAL_SIGNALS - ignored:
             signal.signal(sig, signal.default_int_handler)
         if early:
             raise KeyboardInterrupt
