@@ -1,14 +1,42 @@
-"""jobsup: a PostgreSQL job queue for Python, run by a process supervisor, watched from a console."""
+"""jobsup: a PostgreSQL job queue for Python, run by a process supervisor, watched from a console.
 
-from .app import App, Handler, load_app
-from .errors import JobsupError
-from .job import Job, JobSpec
-from .pool import AsyncQueue, Queue
-from .queue import aenqueue, aenqueue_many, enqueue, enqueue_many
+The names below are imported on first use (PEP 562), so `import jobsup` is cheap: the `jobsup` command,
+the fork server and every worker import this package first, and a Ctrl-C in the first moments of
+`jobsup start` must find as little as possible under way.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "App", "AsyncQueue", "Handler", "Job", "JobSpec", "JobsupError", "Queue", "__version__",
-    "aenqueue", "aenqueue_many", "enqueue", "enqueue_many", "load_app",
-]
+# Public name -> the module of the package that defines it.
+_EXPORTS = {
+    "App": "app", "Handler": "app", "load_app": "app", "JobsupError": "errors", "Job": "job",
+    "JobSpec": "job", "AsyncQueue": "pool", "Queue": "pool", "aenqueue": "queue", "aenqueue_many": "queue",
+    "enqueue": "queue", "enqueue_many": "queue",
+}
+
+__all__ = sorted([*_EXPORTS, "__version__"])
+
+if TYPE_CHECKING:
+    from .app import App, Handler, load_app
+    from .errors import JobsupError
+    from .job import Job, JobSpec
+    from .pool import AsyncQueue, Queue
+    from .queue import aenqueue, aenqueue_many, enqueue, enqueue_many
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'jobsup' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__

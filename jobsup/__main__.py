@@ -1,5 +1,18 @@
+"""`python -m jobsup` and the `jobsup` command (pyproject's entry point is `main` here, not in cli.py, so
+that a Ctrl-C while the CLI's modules are still importing exits quietly with 130, not a traceback)."""
+
 import sys
 
-from .cli import main
+EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module must need nothing
 
-sys.exit(main())
+
+def main() -> int:
+    try:
+        from .cli import main as cli_main
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    return cli_main()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

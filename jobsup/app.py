@@ -119,11 +119,22 @@ class App:
         return await queue.aenqueue_many(conn, [self.spec(job) for job in jobs])
 
 
+def split_target(target: str) -> tuple[str, str]:
+    """The module and attribute of `module:attribute`, or AppNotFound (bad input, exit 2) for a string
+    of another form: `jobsup start` checks this before it starts anything.
+
+    >>> split_target("examples.lab:app")
+    ('examples.lab', 'app')
+    """
+    module_name, sep, attr = target.partition(":")
+    if not sep or not all(part.isidentifier() for part in module_name.split(".")) or not attr.isidentifier():
+        raise AppNotFound(f"--app must look like module:attribute (e.g. examples.lab:app), not {target!r}")
+    return module_name, attr
+
+
 def load_app(target: str) -> App:
     """The App named by `module:attribute`, or AppNotFound saying what is wrong."""
-    module_name, sep, attr = target.partition(":")
-    if not sep or not module_name or not attr:
-        raise AppNotFound(f"--app must look like module:attribute (e.g. examples.lab:app), not {target!r}")
+    module_name, attr = split_target(target)
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # any import-time error of the user's module is theirs to see

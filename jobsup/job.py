@@ -11,13 +11,30 @@ from typing import Any, NamedTuple
 
 from .errors import BadInput, PayloadTooLarge
 
-# Largest payload accepted, as compact JSON bytes. A queue row is no place for files; pass a reference.
-MAX_PAYLOAD_BYTES = int(os.environ.get("JOBSUP_MAX_PAYLOAD", 1_000_000))
+# Largest payload accepted, as compact JSON bytes, unless JOBSUP_MAX_PAYLOAD says otherwise. A queue
+# row is no place for files; pass a reference.
+MAX_PAYLOAD_BYTES = 1_000_000
+_INT_MAX = 2**31 - 1  # PostgreSQL's integer, the type of priority and max_attempts
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
 
 # JSON's escape of U+0000 (not preceded by an escaped backslash): valid JSON that jsonb cannot store.
 _NUL_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*\\u0000")
+
+
+def max_payload_bytes() -> int:
+    """JOBSUP_MAX_PAYLOAD, read where it is used so a bad value is one clear error of the command that
+    needs it, not a traceback at import of every command (`--help` included)."""
+    text = os.environ.get("JOBSUP_MAX_PAYLOAD", "").strip()
+    if not text:
+        return MAX_PAYLOAD_BYTES
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise BadInput(f"JOBSUP_MAX_PAYLOAD must be a whole number of bytes, at least 1, not {text!r}")
+    return value
 
 
 class Job(NamedTuple):
@@ -70,11 +87,14 @@ class JobSpec:
             raise BadInput("a job needs a kind: a non-empty string")
         if not isinstance(self.queue, str) or not self.queue.strip():
             raise BadInput(f"queue of a {self.kind!r} job must be a non-empty string")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int) or abs(self.priority) > 2**31 - 1:
-            raise BadInput(f"priority of a {self.kind!r} job must be an integer, not {self.priority!r}")
+        if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
+                or not -_INT_MAX - 1 <= self.priority <= _INT_MAX:
+            raise BadInput(f"priority of a {self.kind!r} job must be a whole number from {-_INT_MAX - 1} "
+                           f"to {_INT_MAX}, not {self.priority!r}")
         if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or not 1 <= self.max_attempts <= 2**31 - 1:
-            raise BadInput(f"max_attempts of a {self.kind!r} job must be a whole number >= 1")
+                or not 1 <= self.max_attempts <= _INT_MAX:
+            raise BadInput(f"max_attempts of a {self.kind!r} job must be a whole number from 1 to {_INT_MAX}, "
+                           f"not {self.max_attempts!r}")
         if isinstance(self.delay, bool) or not isinstance(self.delay, (int, float)) or not 0 <= self.delay < 1e10:
             raise BadInput(f"delay of a {self.kind!r} job must be a number of seconds >= 0")
         if self.run_at is not None and (not isinstance(self.run_at, datetime) or self.run_at.tzinfo is None):
@@ -95,7 +115,7 @@ def encoded_json(value: Any, what: str, limit: int | None = None,
     ...
     jobsup.errors.BadInput: return value of a 'x' job is not JSON: Object of type set is not JSON serializable
     """
-    limit = MAX_PAYLOAD_BYTES if limit is None else limit
+    limit = max_payload_bytes() if limit is None else limit
     if type(value) is EncodedPayload:  # checked when it was encoded
         text = str(value)
     else:

@@ -318,6 +318,7 @@ DELETE FROM jobsup.supervisors WHERE id = %(id)s
 -- name: forget_stale_supervisors
 -- Rows of supervisors that died without cleaning up, long after their heartbeat stopped.
 DELETE FROM jobsup.supervisors WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+RETURNING id
 
 
 -- name: migration_isolation
@@ -836,3 +837,17 @@ SELECT count(*) > 0 FROM pg_database WHERE datname = %(name)s
 
 -- name: bench_schema_exists
 SELECT count(*) > 0 FROM pg_namespace WHERE nspname = 'jobsup'
+
+-- Rows of supervisors that are certainly gone (issue 12): this host's, whose process has ended.
+
+-- name: silent_supervisors_of_host
+-- The other supervisors of this host whose heartbeat stopped a while ago; the caller asks the operating
+-- system whether their pids still run.
+SELECT id, pid FROM jobsup.supervisors
+WHERE host = %(host)s AND id <> %(id)s AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+
+-- name: forget_supervisors
+-- The heartbeat condition again: a row that beat since it was read is not deleted.
+DELETE FROM jobsup.supervisors
+WHERE id = ANY(%(ids)s) AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+RETURNING id

@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from .errors import BadInput
-from .job import Job, JobSpec
+from .job import Job, JobSpec, max_payload_bytes
 from .sql import STATEMENTS as SQL
 
 # Retry delay of attempt n: min(BACKOFF_CAP, BACKOFF_BASE * 2^(n-1)) seconds, less up to JITTER of it.
@@ -95,9 +95,10 @@ def _enqueue_op(spec: JobSpec) -> _Op:
 
 
 def _enqueue_many_op(specs: Sequence[JobSpec]) -> _Op:
+    limit = max_payload_bytes()  # once per batch, not once per job
     params = {
         "queues": [s.queue for s in specs], "kinds": [s.kind for s in specs],
-        "payloads": [s.encoded_payload() for s in specs], "priorities": [s.priority for s in specs],
+        "payloads": [s.encoded_payload(limit) for s in specs], "priorities": [s.priority for s in specs],
         "run_ats": [s.run_at for s in specs], "delays": [float(s.delay) for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
     }

@@ -19,15 +19,22 @@ FAST = ["--heartbeat-interval", "200ms", "--reap-interval", "100ms", "--poll-int
         "--backoff-base", "20ms", "--backoff-jitter", "0"]
 
 
+def _as_from_a_terminal() -> None:
+    signals.signal(signals.SIGINT, signals.SIG_DFL)
+
+
 class Supervisor:
     def __init__(self, dsn: str, *args: str, procs: int = 2, app: str | None = "examples.misbehave:app",
                  fast: bool = True, env: dict[str, str] | None = None) -> None:
         self.logfile = tempfile.NamedTemporaryFile("w+", prefix="jobsup-sup-", suffix=".log", delete=False)
         argv = [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, *(["--app", app] if app else []),
                 "--procs", str(procs), *(FAST if fast else []), *args]
-        # A session of its own: signals reach it only when a test sends them, as from a terminal.
+        # A session of its own: signals reach it only when a test sends them, as from a terminal. And
+        # Ctrl-C not ignored, as in a terminal: a suite run in the background by a shell without job
+        # control (`make test &` in a script) inherits SIGINT ignored, and so would every supervisor.
         self.process = subprocess.Popen(argv, cwd=ROOT, env=cli_env(JOBSUP_RECORD_DSN=dsn, **(env or {})),
-                                        stdout=self.logfile, stderr=subprocess.STDOUT, start_new_session=True)
+                                        stdout=self.logfile, stderr=subprocess.STDOUT, start_new_session=True,
+                                        preexec_fn=_as_from_a_terminal)
         self.pid = self.process.pid
 
     def log(self) -> str:

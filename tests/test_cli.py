@@ -45,7 +45,7 @@ def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) 
                                            text=True))
              for args, says in cases]
     for args, says, proc in procs:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
         assert proc.returncode == 2, (args, out, err)
         assert "Traceback" not in err, (args, err)
         lines = err.strip().splitlines()
@@ -110,7 +110,9 @@ def test_enqueue_refuses_bad_input(dsn, conn):
         (["   "], "kind"),
         ([], "needs a KIND"),
         (["email", "--priority", "high"], "not a whole number"),
-        (["email", "--priority", "99999999999"], "priority"),
+        (["email", "--priority", "99999999999"], ("--priority", "must be from -2147483648 to 2147483647")),
+        (["email", "--priority", "-2147483649"], "must be from -2147483648 to 2147483647"),
+        (["email", "--max-attempts", "99999999999"], ("--max-attempts", "must be from 1 to 2147483647")),
         (["email", "--delay", "soon"], "not a duration"),
         (["email", "--delay", "-5"], "not a duration"),
         (["email", "--max-attempts", "0"], "must be at least 1"),
@@ -192,6 +194,8 @@ def test_enqueue_file_names_the_bad_line(dsn, conn, tmp_path):
         ('{"kind": "x", "run_at": "someday"}', "not an ISO time"),
         ('{"kind": "x", "priority": "high"}', "priority"),
         ('{"kind": "x", "max_attempts": 0}', "max_attempts"),
+        ('{"kind": "x", "max_attempts": 99999999999}', "max_attempts of a 'x' job must be a whole number from 1 to 2147483647"),
+        ('{"kind": "x", "priority": 99999999999}', "must be a whole number from -2147483648 to 2147483647"),
         ('{"kind": ""}', "kind"),
         ('["kind", "x"]', "expected a JSON object"),
         ('{"kind": null}', 'needs a "kind"'),
@@ -209,10 +213,125 @@ def test_enqueue_file_names_the_bad_line(dsn, conn, tmp_path):
 
 def test_enqueue_file_unreadable(dsn, conn, tmp_path):
     assert "cannot read" in refused(dsn, "enqueue", "--file", str(tmp_path / "missing.jsonl"))
-    path = tmp_path / "latin1.jsonl"
-    path.write_bytes('{"kind": "caf\xe9"}\n'.encode("latin-1"))
-    assert "not UTF-8" in refused(dsn, "enqueue", "--file", str(path))
+    assert "cannot read" in refused(dsn, "enqueue", "--file", str(tmp_path))  # a directory
     assert jobs(conn) == []
+
+
+def test_enqueue_file_names_a_line_that_is_not_utf8_from_a_file_or_stdin(dsn, conn, tmp_path):
+    data = '{"kind": "fine"}\n{"kind": "caf\xe9"}\n{"kind": "fine"}\n'.encode("latin-1")
+    path = tmp_path / "latin1.jsonl"
+    path.write_bytes(data)
+    line = refused(dsn, "enqueue", "--file", str(path))
+    assert line == "jobsup: error: line 2: not UTF-8 text (byte 0xe9 at column 14)", line
+    result = subprocess.run([sys.executable, "-m", "jobsup", "enqueue", "--file", "-", "--dsn", dsn], cwd=ROOT,
+                            env=cli_env(), input=data, capture_output=True)
+    assert result.returncode == 2, result
+    assert result.stderr.decode().strip() == "jobsup: error: line 2: not UTF-8 text (byte 0xe9 at column 14)"
+    assert jobs(conn) == []
+
+
+def test_enqueue_file_takes_the_flags_as_defaults_of_the_lines_that_leave_a_field_out(dsn, conn, tmp_path):
+    path = tmp_path / "jobs.jsonl"
+    path.write_text("\n".join([
+        '{"kind": "bare"}',
+        '{"kind": "own", "queue": "mine", "priority": -1, "max_attempts": 2, "delay": 0}',
+        '{"kind": "nulls", "queue": null, "priority": null}',  # null is "not given", so the flag's
+    ]) + "\n")
+    out = ok(dsn, "enqueue", "--file", str(path), "--queue", "bigq", "--priority", "5", "--max-attempts", "9",
+             "--delay", "1h")
+    assert out.startswith("enqueued 3 jobs in "), out
+    bare, own, nulls = jobs(conn)
+    assert (bare["queue"], bare["priority"], bare["max_attempts"]) == ("bigq", 5, 9)
+    assert bare["run_at"] - bare["created_at"] == timedelta(hours=1)
+    assert (own["queue"], own["priority"], own["max_attempts"]) == ("mine", -1, 2)
+    assert own["run_at"] == own["created_at"]
+    assert (nulls["queue"], nulls["priority"], nulls["max_attempts"]) == ("bigq", 5, 9)
+    # --run-at too; one --unique-key for many lines would keep one of them, so it is refused
+    when = "2030-01-02T03:04:05+00:00"
+    path.write_text('{"kind": "at"}\n')
+    ok(dsn, "enqueue", "--file", str(path), "--run-at", when)
+    assert jobs(conn)[-1]["run_at"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    line = refused(dsn, "enqueue", "--file", str(path), "--unique-key", "k")
+    assert "--unique-key names one job" in line
+    assert len(jobs(conn)) == 4
+
+
+def test_enqueue_says_one_job_and_json_tells_a_script_what_happened(dsn, conn, tmp_path):
+    path = tmp_path / "one.jsonl"
+    path.write_text('{"kind": "a", "unique_key": "k"}\n')
+    assert ok(dsn, "enqueue", "--file", str(path)).startswith("enqueued 1 job in ")
+    data = json.loads(ok(dsn, "enqueue", "--file", str(path), "--json"))
+    assert (data["enqueued"], data["skipped"]) == (0, 1)
+    data = json.loads(ok(dsn, "enqueue", "b", "--unique-key", "kb", "--json"))
+    assert data == {"id": data["id"], "skipped": False} and isinstance(data["id"], int)
+    # a skipped duplicate is exit 0 too: the job its key names exists
+    assert json.loads(ok(dsn, "enqueue", "b", "--unique-key", "kb", "--json")) == {"id": None, "skipped": True}
+    assert len(jobs(conn)) == 2
+
+
+# --- bad input from the environment and odd flags -------------------------------------------------
+
+
+def test_a_bad_max_payload_is_one_line_where_it_is_used_and_help_still_works(dsn, conn, tmp_path):
+    for value in ("abc", "-1", "0"):
+        result = jobsup("enqueue", "--help", env=cli_env(JOBSUP_MAX_PAYLOAD=value))
+        assert result.returncode == 0 and "Traceback" not in result.stderr, result.stderr
+        line = refused(dsn, "enqueue", "x", JOBSUP_MAX_PAYLOAD=value)
+        assert line == f"jobsup: error: JOBSUP_MAX_PAYLOAD must be a whole number of bytes, at least 1, " \
+                       f"not {value!r}", line
+    path = tmp_path / "jobs.jsonl"
+    path.write_text('{"kind": "x"}\n')
+    assert "JOBSUP_MAX_PAYLOAD" in refused(dsn, "enqueue", "--file", str(path), JOBSUP_MAX_PAYLOAD="abc")
+    assert jobs(conn) == []
+
+
+def test_a_data_dir_that_is_a_file_is_refused_in_one_line(tmp_path):
+    for args in (["stats", "--data-dir", "README.md"], ["db", "url", "--data-dir", "README.md"],
+                 ["stats", "--data-dir", "README.md/pgdata"]):
+        result = jobsup(*args)
+        assert result.returncode == 2, (args, result.stderr)
+        assert "Traceback" not in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert "README.md" in result.stderr and "not a directory" in result.stderr
+    result = jobsup("stats", env=cli_env(JOBSUP_DATA_DIR=str(ROOT / "README.md")))
+    assert result.returncode == 2 and "JOBSUP_DATA_DIR" in result.stderr, result.stderr
+
+
+def test_start_names_a_dsn_that_does_not_parse_without_its_password():
+    # the other commands: tests/test_dsn.py, BAD_DSNS
+    result = jobsup("start", "--app", "examples.misbehave:app", "--procs", "1",
+                    "--dsn", "postgresql//u:secretpw@127.0.0.1:1/x")
+    assert result.returncode == 1, result.stderr
+    assert "not a valid DSN: 'postgresql//u:***@127.0.0.1:1/x'" in result.stderr, result.stderr
+    assert "secretpw" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+def test_an_app_of_the_wrong_form_is_refused_before_anything_starts(dsn, conn):
+    # one line each: no worker.spawned before it
+    refused_all(dsn, [(["start", "--app", app], f"jobsup: error: --app must look like module:attribute "
+                                                 f"(e.g. examples.lab:app), not {app!r}")
+                      for app in ("examples.misbehave", "examples.misbehave:", ":app", "examples/misbehave.py:app",
+                                  "a:b:c")])
+    line = refused(dsn, "start", JOBSUP_APP="nocolon")
+    assert "--app must look like module:attribute" in line
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+
+
+def test_db_refuses_a_dsn_it_would_ignore(dsn):
+    for action in ("url", "start", "stop"):
+        line = refused(dsn, "db", action)  # run() adds --dsn
+        assert line.startswith(f"jobsup: error: jobsup db {action} manages the embedded PostgreSQL"), line
+        assert "secret" not in line
+
+
+def test_help_shows_the_value_a_variable_sets(tmp_path):
+    # wide, so argparse does not wrap a path at its hyphens
+    env = cli_env(JOBSUP_DATA_DIR=str(tmp_path / "pg"), JOBSUP_PROCS="3", JOBSUP_LEASE="7s", COLUMNS="500")
+    text = jobsup("stats", "--help", env=env).stdout
+    assert f"env JOBSUP_DATA_DIR, set to {tmp_path / 'pg'}; built-in default" in text, text
+    text = jobsup("start", "--help", env=env).stdout
+    assert "env JOBSUP_PROCS, set to 3; built-in default" in text and "env JOBSUP_LEASE, set to 7s" in text
+    text = jobsup("stats", "--help", env=cli_env(COLUMNS="500")).stdout
+    assert "(env JOBSUP_DATA_DIR; default " in text
 
 
 # --- stats and requeue-dead ------------------------------------------------------------------------
@@ -289,3 +408,15 @@ def test_requeue_dead(dsn, conn):
     assert ok(dsn, "requeue-dead").strip() == "requeued 0 dead jobs"
     assert {r["kind"]: r["dead"] for r in rows(conn, "kind_totals")} == {"email": 0, "sms": 0}
     assert "at least 1" in refused(dsn, "requeue-dead", "--id", "0")
+
+
+def test_requeue_dead_takes_ids_after_one_flag_or_each_after_its_own(dsn, conn):
+    ids = queue.enqueue_many(conn, [{"kind": "x", "max_attempts": 1}] * 4)
+    claimed = queue.claim(conn, ["default"], 4, "sup-a", 30)
+    queue.fail(conn, [Failure(j.id, 1, "boom") for j in claimed], "sup-a")
+    assert ok(dsn, "requeue-dead", "--id", str(ids[0]), str(ids[1])).strip() == \
+        f"requeued 2 dead jobs (ids {ids[0]}, {ids[1]})"
+    assert ok(dsn, "requeue-dead", "--id", str(ids[2]), "--id", str(ids[3])).strip() == \
+        f"requeued 2 dead jobs (ids {ids[2]}, {ids[3]})"
+    assert "not a whole number" in refused(dsn, "requeue-dead", "--id", "2", "x")
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'queued'").fetchone()[0] == 4

@@ -83,6 +83,10 @@ def test_cli_precedence(dsn, other_dsns):
 BAD_DSNS = [
     (f"host=127.0.0.1 password={SECRET} bogus", "not a valid DSN"),
     (f"postgresql://app:{SECRET}@127.0.0.1/app?bogus=1", "not a valid DSN"),
+    # typos that make it no URL libpq reads: still named without the password
+    (f"postgresql//app:{SECRET}@127.0.0.1:1/app", "not a valid DSN: 'postgresql//app:***@127.0.0.1:1/app'"),
+    (f"postgresql:app:{SECRET}@127.0.0.1/app", "not a valid DSN"),
+    (f"host=127.0.0.1 password='{SECRET}", "not a valid DSN"),
     (f"postgresql://app:{SECRET}@127.0.0.1:1/app", "cannot connect"),
     (f"postgresql://app:pre?{SECRET}@127.0.0.1:1/app", "cannot connect"),
     (f"postgresql://app:{SECRET}@127.0.0.1:notaport/app", "cannot connect"),
@@ -102,7 +106,7 @@ def test_unusable_dsn_gives_one_line_and_no_password():
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             procs.append((bad, says, args, proc))
     for bad, says, args, proc in procs:
-        out, err = proc.communicate(timeout=60)
+        out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
         where = (bad, args, out, err)
         assert proc.returncode == 1, where
         assert SECRET not in out + err, where

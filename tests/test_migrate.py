@@ -92,7 +92,7 @@ def test_concurrent_migrate_processes(empty_dsn):
     procs = [subprocess.Popen([sys.executable, "-m", "jobsup", "migrate", "--dsn", empty_dsn], cwd=ROOT,
                               env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for _ in range(4)]
-    outputs = [p.communicate(timeout=60) for p in procs]
+    outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, outputs
     assert all(err == "" for _, err in outputs), outputs
     outs = [out for out, _ in outputs]

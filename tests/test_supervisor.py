@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from datetime import datetime
@@ -11,7 +12,21 @@ import pytest
 from jobsup import queue
 
 from .helpers import jobsup, wait_for
-from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
+from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
+
+
+def workers_in_state(conn, state: str) -> int:
+    """Workers in `state` as the supervisor's heartbeat says (a claimed job may be only prefetched)."""
+    row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
+    return sum(w["state"] == state for w in row[0]) if row else 0
+
+
+def busy_workers(conn) -> int:
+    return workers_in_state(conn, "busy")
+
+
+def idle_workers(conn) -> int:
+    return workers_in_state(conn, "idle")
 
 
 def calls_per_job(conn) -> dict[int, int]:
@@ -20,8 +35,11 @@ def calls_per_job(conn) -> dict[int, int]:
 
 def test_eight_workers_handle_each_of_1000_jobs_exactly_once(conn, start):
     make_calls_table(conn)
-    ids = enqueue_kinds(conn, ["record"] * 900 + ["async_ok"] * 100)  # async handlers run the same way
     sup = start(procs=8)
+    # Every worker ready first: else the first to import the app could, on a loaded machine, run all
+    # of them, and whether the work was spread would depend on which process the scheduler ran first.
+    wait_for(lambda: idle_workers(conn) == 8, timeout=60, message="eight idle workers")
+    ids = enqueue_kinds(conn, ["record"] * 900 + ["async_ok"] * 100)  # async handlers run the same way
     wait_for(lambda: status_counts(conn).get("done") == 1000, timeout=60, message="1000 done")
     calls = calls_per_job(conn)
     assert sorted(calls) == sorted(ids)
@@ -60,7 +78,7 @@ def test_each_misbehaving_handler_costs_one_attempt_and_never_the_pool(conn, sta
     # The pool is still whole and working.
     [after] = enqueue_kinds(conn, ["record"])
     wait_for(lambda: calls_per_job(conn).get(after) == 1, message="a job after the carnage")
-    assert len(sup.workers()) == 3
+    wait_for(lambda: len(sup.workers()) == 3, message="three workers")  # the last replaced may be starting
     log = sup.log()
     assert "worker.died" in log and "job.timed_out" in log
     assert sup.stop() == 0
@@ -82,10 +100,12 @@ def test_unknown_kind_and_unusable_payload_end_dead_with_a_clear_error(conn, sta
 
 def test_a_slow_job_on_a_short_lease_and_the_jobs_prefetched_behind_it_run_once(conn, start):
     make_calls_table(conn)
-    slow = queue.enqueue(conn, "sleep", {"seconds": 0.9}, priority=1)
+    slow = queue.enqueue(conn, "sleep", {"seconds": 3}, priority=1)
     behind = enqueue_kinds(conn, ["record"] * 3)
-    # One worker, so the prefetched jobs wait behind the slow one for longer than their lease.
-    start("--lease", "300ms", "--prefetch", "3", procs=1)
+    # One worker, so the prefetched jobs wait behind the slow one for three times their lease. A lease
+    # of 1 s (renewed every 333 ms), not less: on a loaded machine a renewal can be late by a few
+    # hundred milliseconds, and that would be the machine's fault, not the renewal's.
+    start("--lease", "1s", "--prefetch", "3", procs=1)
     wait_for(lambda: status_counts(conn).get("done") == 4, message="all four done")
     rows = conn.execute("SELECT id, attempts FROM jobsup.jobs ORDER BY id").fetchall()
     assert rows == [(slow, 1)] + [(job_id, 1) for job_id in behind]
@@ -100,8 +120,8 @@ def test_a_delayed_retry_starts_on_time_not_at_the_next_poll(conn, start):
         "SELECT errors, started_at FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchall()
     assert len(errors) == 1
     failed_at = datetime.fromisoformat(errors[0]["at"])
-    # The backoff is 270-300 ms; the poll would be 30 s late.
-    assert 0.25 < (retry_started - failed_at).total_seconds() < 2, (failed_at, retry_started)
+    # The backoff is 300 ms (jitter 0); the poll would be 30 s late. 10 s leaves room for a loaded machine.
+    assert 0.25 < (retry_started - failed_at).total_seconds() < 10, (failed_at, retry_started)
 
 
 def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
@@ -110,8 +130,8 @@ def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
     enqueued = time.monotonic()
     queue.enqueue(conn, "ok")
-    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=5, message="done after NOTIFY")
-    assert time.monotonic() - enqueued < 2
+    wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="done after NOTIFY")
+    assert time.monotonic() - enqueued < 10  # the poll is 30 s; a loaded machine may take seconds
 
 
 def test_heartbeat_describes_workers_and_a_clean_stop_removes_it(conn, start):
@@ -165,9 +185,8 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
 def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn, start):
     queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
     sup = start("--shutdown-timeout", "300ms", procs=2)
-    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
-    wait_for(lambda: len(sup.workers()) == 2)
-    time.sleep(0.2)  # let both handlers actually start sleeping
+    # Both in a worker, not prefetched (a prefetched job is handed back, not interrupted).
+    wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
     sup.signal(signal.SIGINT, group=True)  # Ctrl-C in the terminal reaches the workers too
     assert sup.process.wait(20) == 0
     rows = conn.execute("SELECT status, attempts, last_error FROM jobsup.jobs ORDER BY id").fetchall()
@@ -176,16 +195,84 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
     assert not sup.workers()
 
 
+
+
+def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
+    make_calls_table(conn)
+    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(6)])
+    sup = start("--prefetch", "2", procs=2)
+    wait_for(lambda: busy_workers(conn) == 2 and status_counts(conn).get("running") == 4,
+             message="2 running, 2 prefetched")
+    workers = sup.workers()
+    sup.signal(signal.SIGHUP, group=True)  # a closed terminal hangs up its whole process group
+    assert sup.process.wait(30) == 0, sup.log()
+    log = sup.log()
+    assert "shutdown.started" in log and "signal=SIGHUP" in log and "shutdown.done" in log, log
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+    rows = dict(conn.execute("SELECT id, status FROM jobsup.jobs").fetchall())
+    # the running ones finished (the workers ignore the hangup), the rest went back unspent; how many
+    # were done before the signal landed depends on the machine's load
+    assert set(rows.values()) == {"done", "queued"} and list(rows.values()).count("done") >= 2, log
+    assert {r[0] for r in conn.execute("SELECT attempts FROM jobsup.jobs WHERE status = 'queued'")} == {0}
+    assert "worker.died" not in log and "SIGHUP" not in log.replace("signal=SIGHUP", "")
+    wait_for(lambda: not any(alive(w) for w in workers), timeout=10, message="its workers gone")
+    assert set(ids) == set(rows)
+
+
+def test_a_hangup_during_a_shutdown_neither_cuts_it_short_nor_leaves_the_row(conn, start):
+    make_calls_table(conn)
+    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2})] * 2)
+    sup = start(procs=2)
+    wait_for(lambda: busy_workers(conn) == 2, message="both running")
+    sup.signal(signal.SIGTERM)
+    wait_for(lambda: conn.execute("SELECT state FROM jobsup.supervisors").fetchone() == ("stopping",),
+             message="the row saying stopping")
+    sup.signal(signal.SIGHUP, group=True)
+    assert sup.process.wait(30) == 0, sup.log()
+    assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
+    assert status_counts(conn) == {"done": 2}, sup.log()
+
+
+def test_rows_of_supervisors_that_are_gone_are_removed_sooner_than_stale_ones_elsewhere(conn, start):
+    import socket
+    import subprocess
+    import sys
+
+    from jobsup.supervisor.roster import FORGET_GONE_AFTER, FORGET_STALE_AFTER
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()  # a pid of this host that no longer runs (reused within a test: astronomically rare)
+    here = socket.gethostname()
+    rows = [  # id, host, pid, seconds since its heartbeat
+        ("here-ended", here, ended.pid, FORGET_GONE_AFTER + 1),  # certainly gone: removed
+        # its pid gone, but it beat "just now" (ahead of the clock, however slowly the supervisor starts)
+        ("here-ended-just-now", here, ended.pid, -600),
+        ("here-alive", here, os.getpid(), FORGET_GONE_AFTER + 100),  # its process runs: kept, for now
+        ("elsewhere-silent", "other-host", 1, FORGET_STALE_AFTER - 60),  # cannot be checked: kept
+        ("elsewhere-stale", "other-host", 1, FORGET_STALE_AFTER + 1),  # silent past the window: removed
+    ]
+    for sup_id, host, pid, age in rows:
+        conn.execute("INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
+                     "VALUES (%s, %s, %s, '0', '{default}', 1, now() - make_interval(secs => %s))",
+                     (sup_id, host, pid, age))
+    sup = start()
+    sup.wait_log("supervisors.forgotten")
+    left = {r[0] for r in conn.execute("SELECT id FROM jobsup.supervisors WHERE pid <> %s", [sup.pid])}
+    assert left == {"here-ended-just-now", "here-alive", "elsewhere-silent"}, (left, sup.log())
+    assert "count=2" in sup.log() and "here-ended" in sup.log()
+    assert sup.stop() == 0
+
+
 def test_a_second_ctrl_c_stops_at_once(conn, start):
     queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
     sup = start("--shutdown-timeout", "60s", procs=2)
-    wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
+    wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
     sup.signal(signal.SIGINT, group=True)
     sup.wait_log("shutdown.started")
     stopped = time.monotonic()
     sup.signal(signal.SIGINT, group=True)
-    assert sup.process.wait(10) == 130
-    assert time.monotonic() - stopped < 5
+    assert sup.process.wait(30) == 130
+    assert time.monotonic() - stopped < 20  # the shutdown timeout is 60 s
     assert status_counts(conn) == {"queued": 2}
     wait_for(lambda: not sup.workers(), timeout=5, message="no worker left")
 
@@ -198,7 +285,8 @@ def test_a_second_ctrl_c_stops_at_once(conn, start):
 ])
 def test_an_app_that_does_not_load_is_one_clear_error(dsn, target, words):
     result = jobsup("start", "--dsn", dsn, "--app", target, "--procs", "2", timeout=60)
-    assert result.returncode == 3 if ":" in target else result.returncode in (2, 3)
+    # a malformed --app is bad input, refused before anything starts; one that does not import is exit 3
+    assert result.returncode == (3 if ":" in target else 2), result.stderr
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith("jobsup: error:") and words in last, result.stderr
     assert "Traceback" not in result.stderr
@@ -218,7 +306,7 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
     second = queue.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
     wait_for(lambda: status_counts(conn).get("done") == 2, timeout=15, message="both delayed jobs done")
     late = dict(conn.execute("SELECT id, extract(epoch FROM started_at - run_at) FROM jobsup.jobs").fetchall())
-    assert 0 <= late[first] < 2 and 0 <= late[second] < 2, late  # the poll would be up to 30 s late
+    assert 0 <= late[first] < 10 and 0 <= late[second] < 10, late  # the poll would be up to 30 s late
 
 
 def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
@@ -229,7 +317,7 @@ def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the delayed job done")
     [late] = conn.execute("SELECT extract(epoch FROM started_at - run_at) FROM jobsup.jobs WHERE id = %s",
                           [job_id]).fetchone()
-    assert 0 <= late < 2, late  # the poll would be up to 30 s late
+    assert 0 <= late < 10, late  # the poll would be up to 30 s late
 
 
 def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
@@ -246,3 +334,41 @@ def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
     assert dead["kind"] == "raise" and dead["attempt"] == 1 and "raised on attempt 1" in dead["error"]
     started = next(r for r in records if r["action"] == "supervisor.started")
     assert started["version"] and started["queues"] == ["default"] and "dsn" in started
+
+
+def test_repeated_identical_failures_are_logged_once_with_a_count(conn, start):
+    import json
+
+    n = 3000
+    enqueue_kinds(conn, ["nohandler"] * n, max_attempts=1)
+    sup = start("--log-format", "json")
+    wait_for(lambda: status_counts(conn).get("dead") == n, timeout=60, message="every job dead")
+    assert sup.stop() == 0
+    records = [json.loads(line) for line in sup.log().splitlines() if line.strip()]
+    for action in ("job.failed", "job.dead"):
+        lines = [r for r in records if r["action"] == action and r["kind"] == "nohandler"]
+        full = [r for r in lines if "job" in r]
+        counted = [r for r in lines if "more" in r]
+        assert len(full) + sum(r["more"] for r in counted) == n, (action, lines)  # every one accounted for
+        assert len(lines) < 20, (action, len(lines))  # not one line each
+        assert full[0]["error"] and full[0]["attempt"] == 1  # the first in full
+        assert all(r["error"] and r["over"] > 0 for r in counted)
+
+
+def test_a_count_of_repeats_reads_as_a_sentence_in_text():
+    import io
+
+    from jobsup.supervisor.log import EventLog
+
+    stream = io.StringIO()
+    log = EventLog("text", stream=stream)
+    for job in range(1, 1236):
+        log.alike("job.failed", "warning", like=("kind", "error"), job=job, kind="k", attempt=1, error="boom")
+    log.alike("job.failed", "warning", like=("kind", "error"), job=9, kind="k", attempt=1, error="other")
+    log.flush_repeats(force=True)
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 3, lines
+    assert lines[0].endswith("WARNING job.failed         job=1 kind=k attempt=1 error=boom"), lines[0]
+    assert "job=9" in lines[1] and "error=other" in lines[1]
+    assert lines[2].split(" ", 1)[1].startswith("WARNING job.failed         kind=k error=boom "
+                                                "(and 1,234 more like it in the last "), lines[2]

@@ -23,7 +23,7 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
     ("--lease", "duration", "lease of a held job, renewed every third of it", None),
     ("--timeout", "duration", "a job's time limit when its handler sets none; its worker is then terminated",
      None),
-    ("--shutdown-timeout", "duration", "on SIGTERM or Ctrl-C, how long running jobs may finish", None),
+    ("--shutdown-timeout", "duration", "on SIGTERM, SIGHUP or Ctrl-C, how long running jobs may finish", None),
     ("--reap-interval", "duration", "how often the reaper looks for expired leases", None),
     ("--poll-interval", "duration", "the safety-net poll when no NOTIFY arrives", None),
     ("--flush-interval", "duration", "how long outcomes wait to be written together", None),
@@ -66,20 +66,21 @@ def _shown(kind: str, value: object) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ..cli import _duration, _int, _positive_int
+    from ..options import count, duration, env_note, positive_int
 
-    types = {"int": _positive_int, "count": _int, "duration": _duration, "fraction": float, "text": str}
+    types = {"int": positive_int, "count": count, "duration": duration, "fraction": float, "text": str}
     parser.description = ("Run the supervisor: it spawns --procs isolated worker processes, claims jobs in "
                           "batches, hands them to idle workers, writes outcomes back, renews leases and "
                           "runs the listener and the reaper. Every flag can also be set by the JOBSUP_* "
-                          "variable named in its help.")
+                          "variable named in its help. SIGTERM, SIGHUP (the terminal closed) and "
+                          "Ctrl-C stop it gracefully; a second Ctrl-C stops it at once.")
     for flag, kind, text, choices in FLAGS:
         name = flag[2:].replace("-", "_")
         default = getattr(DEFAULTS, _FIELD.get(name, name))
         env = f"JOBSUP_{name.upper()}"
         value = os.environ.get(env, ",".join(default) if isinstance(default, tuple) else default)
         parser.add_argument(flag, type=types[kind], default=None if value == "" else value, choices=choices,
-                            help=f"{text} (env {env}; default {_shown(kind, default)})")
+                            help=f"{text} ({env_note(env, _shown(kind, default))})")
     parser.set_defaults(run=run)
 
 

@@ -67,6 +67,9 @@ class Config:
         return config
 
     def validate(self) -> None:
+        from ..app import split_target
+
+        split_target(self.app)  # its form only; whether it imports, the workers find out
         if not self.queues:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:

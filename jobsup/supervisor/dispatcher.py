@@ -41,6 +41,9 @@ HANDOUT_MAX = 8
 WRITE_MAX = 1000
 # Future run_at times remembered to wake for (retries, delayed jobs); beyond these the poll finds them.
 KNOWN_RUN_ATS = 10_000
+# Failures alike for the log (EventLog.alike): the same kind with the same error. Each is still written
+# to its job; the log writes the first of a burst in full and counts the rest.
+_ALIKE = ("kind", "error")
 
 
 class Wakeup:
@@ -117,8 +120,8 @@ class Dispatcher:
             if value is not None:
                 self.return_values[job.id] = value
         else:
-            self.log("job.failed", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                     pid=worker.pid, error=error)
+            self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
+                           attempt=job.attempts, pid=worker.pid, error=error)
             self.fail_buffer.append(Failure(job.id, job.attempts, error, tb))
         self.flush_wakeup.set()
         self.idle_wakeup.set()
@@ -248,8 +251,8 @@ class Dispatcher:
             if self.stopping:
                 self.release_buffer.append((job, None))
             elif kinds is not None and job.kind not in kinds:
-                self.log("job.failed", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                         error=f"no handler for {job.kind}")
+                self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
+                               attempt=job.attempts, error=f"no handler for {job.kind}")
                 self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
             else:
                 self.prefetched.append(job)
@@ -331,8 +334,8 @@ class Dispatcher:
             outcome = by_id.get(failure.id)
             job = self.held.get(failure.id)
             if outcome is not None and outcome.status == "dead" and job is not None:
-                self.log("job.dead", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                         error=failure.error)
+                self.log.alike("job.dead", "warning", like=_ALIKE, job=job.id, kind=job.kind,
+                               attempt=job.attempts, error=failure.error)
             elif outcome is not None and outcome.run_at is not None:
                 self.note_run_at(outcome.run_at.timestamp())
         self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")

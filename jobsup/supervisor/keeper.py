@@ -26,6 +26,8 @@ from .worker import worker_main
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
 START_BACKOFF_FIRST = 0.5
 START_BACKOFF_MAX = 10.0
+# What a terminal sends its whole process group (Ctrl-C, closing it): the supervisor alone acts on them.
+TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
 # Recycling after --max-jobs-per-proc is spread by up to this fraction, so workers started together
 # are not all replaced together.
 RECYCLE_JITTER = 0.1
@@ -124,9 +126,23 @@ class Keeper:
     # --- starting -------------------------------------------------------------------------------
 
     def spawn_all(self) -> None:
-        """Start every worker; called before the supervisor opens any connection or thread."""
-        for slot in self.slots:
-            self._spawn(slot)
+        """Start every worker; called before the supervisor opens any connection or thread.
+
+        The first spawn starts the fork server, a new interpreter. A Ctrl-C or hangup sent to the
+        terminal's process group while it imports would kill it with a traceback (or "Fatal Python
+        error: init_import_site"), so those signals are blocked while it starts, as multiprocessing does
+        for its resource tracker: the server inherits them blocked and ignores them for good, and one
+        that reached us meanwhile is delivered here when they are unblocked. The resource tracker is
+        started first: starting it unblocks SIGINT on its way out, which would undo the block."""
+        from multiprocessing import resource_tracker
+
+        resource_tracker.ensure_running()
+        blocked = signal.pthread_sigmask(signal.SIG_BLOCK, TERMINAL_SIGNALS)
+        try:
+            for slot in self.slots:
+                self._spawn(slot)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
 
     def attach(self, loop: asyncio.AbstractEventLoop) -> None:
         """Watch the pipes and sentinels of the workers from the running loop."""

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import signal
 
 from .. import dsn as dsns
 from ..errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from ..migrate import require_schema
 from .config import Config
+from .keeper import TERMINAL_SIGNALS
 from .log import EventLog
 from .supervisor import Supervisor
 
@@ -21,10 +23,23 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
             raise DatabaseUnavailable(f"--listen-dsn: {exc}") from None
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
+    # While the workers spawn, Ctrl-C and a hangup are only recorded, not raised inside
+    # multiprocessing's start of its fork server; the start then stops with exit 130, nothing left
+    # behind. After that they raise KeyboardInterrupt, so connecting stays interruptible, until the loop
+    # makes them a graceful stop. A signal this process inherited as ignored (`nohup`, a shell's `&`)
+    # stays ignored until then.
+    early: list[int] = []
+    ignored = {sig for sig in TERMINAL_SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
+    for sig in TERMINAL_SIGNALS - ignored:
+        signal.signal(sig, lambda signum, _frame: early.append(signum))
     # Workers first, before this process opens any connection or thread (DESIGN.md): they come from
     # the fork server, and import the app while we connect.
     try:
         supervisor.keeper.spawn_all()
+        for sig in TERMINAL_SIGNALS - ignored:
+            signal.signal(sig, signal.default_int_handler)
+        if early:
+            raise KeyboardInterrupt
         resolved = dsns.resolve(dsn, data_dir)
         with dsns.connect(resolved) as conn:
             require_schema(conn)

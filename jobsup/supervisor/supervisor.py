@@ -1,5 +1,5 @@
 """The supervisor: one asyncio loop that runs the dispatcher, the listener, the reaper, the heartbeat
-and the process keeper, and stops them in order on SIGTERM or Ctrl-C."""
+and the process keeper, and stops them in order on SIGTERM, SIGHUP or Ctrl-C."""
 
 from __future__ import annotations
 
@@ -24,12 +24,11 @@ from .keeper import Keeper, Worker
 from .link import LOST, Link
 from .log import EventLog
 from .pruner import prune_loop
+from .roster import forget_gone
 from .scheduler import Scheduler
 
 # How often the keeper checks job timeouts and kills workers past their grace period.
 TICK = 0.05
-# Supervisor rows whose heartbeat stopped this long ago are deleted by any live supervisor's reaper.
-FORGET_STALE_AFTER = 3600.0
 # Every connection of the supervisor plans each statement for its actual arguments and the table as it
 # is now. A generic plan cached while the table was small (psycopg prepares a statement after five
 # runs) stays in use as the table grows a thousandfold: a plan that scanned a 40-row table once per
@@ -102,7 +101,11 @@ class Supervisor:
 
     async def run(self, dsn: str) -> int:
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        # SIGHUP (the terminal closed) is a graceful stop like SIGTERM, not gunicorn's reload: the
+        # supervisor has no configuration to reread, and a supervisor killed by a hangup left its jobs
+        # to the reaper and its row behind. Any signal during a shutdown only records itself, so a
+        # hangup then cannot cut the shutdown short and leave the row `stopping`.
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             loop.add_signal_handler(sig, self._on_signal, sig.name)
         self.keeper.attach(loop)
         pooled = self.config.pooled
@@ -192,11 +195,12 @@ class Supervisor:
             await asyncio.sleep(self.config.reap_interval)
             try:
                 reaped = await link.run(lambda c: queue.areap(c, self.id))
-                await link.run(lambda c: c.execute(SQL["forget_stale_supervisors"],
-                                                   {"older_than": FORGET_STALE_AFTER}))
+                forgotten = await link.run(lambda c: forget_gone(c, self.id))
             except psycopg.Error as exc:
                 self.log("reaper.error", "error", error=str(exc).strip())
                 continue
+            if forgotten:
+                self.log("supervisors.forgotten", count=len(forgotten), ids=forgotten)
             if reaped:
                 dead = [o.id for o in reaped if o.status == "dead"]
                 self.log("reaped", count=len(reaped), ids=[o.id for o in reaped], dead=dead or None)
@@ -245,6 +249,7 @@ class Supervisor:
             await asyncio.sleep(TICK)
             self.keeper.check_timeouts()
             self.dispatcher.sample_rate(asyncio.get_running_loop().time())  # type: ignore[union-attr]
+            self.log.flush_repeats()
 
     # --- stopping ------------------------------------------------------------------------------
 
@@ -312,6 +317,7 @@ class Supervisor:
         if not await self._forget_self(FORGET_BUDGET):
             self.log("shutdown.row_left", "warning", note="the database did not answer: the console shows "
                      "this supervisor as stale until a live supervisor removes its row")
+        self.log.flush_repeats(force=True)
         if lost_db:
             self.log("shutdown.done", "error", jobs_done=d.jobs_done, unwritten=len(d.held),
                      note="the database did not answer; the reaper returns unwritten jobs when their leases expire")
@@ -331,6 +337,7 @@ class Supervisor:
         assert d is not None
         self.log("shutdown.now", "warning", reason="second Ctrl-C", running=len(d.running()))
         self.keeper.stopping = True
+        d.release_prefetched()  # claimed, not yet in a worker: handed back like the unstarted ones
         for worker in self.keeper.all_processes():
             if worker.jobs:
                 d.release_buffer.append((worker.jobs.popleft(), "interrupted: stopped at once (second Ctrl-C)"))
@@ -343,6 +350,7 @@ class Supervisor:
             answered = await self._forget_self(HARD_STOP_BUDGET)
         except (asyncio.TimeoutError, *LOST):
             answered = False
+        self.log.flush_repeats(force=True)
         if not answered:
             self.log("shutdown.now", "warning", reason="database did not answer; the reaper will return the rest")
         return EXIT_INTERRUPTED

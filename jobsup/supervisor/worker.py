@@ -64,9 +64,13 @@ def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervis
     # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
-    # Ctrl-C reaches the whole process group; the supervisor decides what it means.
+    # Ctrl-C and a closed terminal's hangup reach the whole process group; the supervisor decides what
+    # they mean. Ignored, then unblocked (the fork server started with them blocked), so what a handler
+    # runs in a subprocess sees them ignored, as before, not blocked.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     _die_with_parent(supervisor_pid)
     try:
         _serve(inbox, outbox, app_target, django_settings)
