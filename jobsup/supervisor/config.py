@@ -69,7 +69,8 @@ class Config:
     def validate(self) -> None:
         from ..app import split_target
 
-        split_target(self.app)  # its form only; whether it imports, the workers find out
+        if self.app or not self.django:  # its form only; whether it imports, the workers find out
+            split_target(self.app)
         if not self.queues:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
