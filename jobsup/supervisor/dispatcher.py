@@ -84,6 +84,7 @@ class Dispatcher:
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
+        self.pokes = 0  # how many times `more` was set from outside the claim loop
         self.run_ats: list[float] = []  # heap of future run_at times we know of (epoch seconds)
         self.stopping = False
         self.orphans_possible = False
@@ -145,6 +146,7 @@ class Dispatcher:
     def poke(self) -> None:
         """Something may be ready: claim at the next chance."""
         self.more = True
+        self.pokes += 1
         self.claim_wakeup.set()
 
     def note_run_at(self, run_at: float) -> None:
@@ -182,10 +184,14 @@ class Dispatcher:
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
+                pokes = self.pokes
                 jobs = await self._claim(want)
                 next_poll = loop.time() + self.config.poll_interval
                 if jobs is not None:
-                    if len(jobs) < want:
+                    # A short claim means nothing else was ready when its snapshot was taken; a poke
+                    # that came while it was in flight (a NOTIFY, the listener's first LISTEN) may be
+                    # for a job committed after that snapshot, and must lead to another claim.
+                    if len(jobs) < want and self.pokes == pokes:
                         self.more = False
                     self._take(jobs)
                 continue
