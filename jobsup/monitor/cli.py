@@ -18,7 +18,7 @@ def _flag(value: object) -> bool:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from ..cli import _duration
+    from ..options import duration as _duration
 
     parser.description = ("The live console: counts by status and kind, queue ages, throughput, dead jobs "
                           "(requeue them with r and R), reaper activity, supervisors and their workers. "

@@ -89,6 +89,7 @@ class Dispatcher:
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
+        self.pokes = 0  # how many times `more` was set from outside the claim loop
         self.run_ats: list[float] = []  # heap of future run_at times we know of (epoch seconds)
         self.stopping = False
         self.orphans_possible = False
@@ -158,6 +159,7 @@ class Dispatcher:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
         self.keys.forget()
         self.more = True
+        self.pokes += 1
         self.claim_wakeup.set()
 
     def note_run_at(self, run_at: float) -> None:
@@ -195,14 +197,18 @@ class Dispatcher:
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
             if self.more and want >= threshold and self.keeper.ever_ready:
+                pokes = self.pokes
                 keys = self.keys.for_claim()
                 keyed = bool(keys)
                 jobs = await self._claim(want, keys)
                 next_poll = loop.time() + self.config.poll_interval
                 if jobs is None or len(jobs) < want:
                     self.keys.forget()
-                    if jobs is not None and not keyed:
-                        self.more = False  # short from the heads of the queues: nothing else is ready
+                    # Short from the heads of the queues: nothing else was ready when its snapshot was
+                    # taken. A poke that came while it was in flight (a NOTIFY, the listener's first
+                    # LISTEN) may be for a job committed after that snapshot: it must lead to another claim.
+                    if jobs is not None and not keyed and self.pokes == pokes:
+                        self.more = False
                 else:
                     self.keys.claimed(jobs)
                 if jobs is not None:
