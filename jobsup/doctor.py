@@ -326,7 +326,7 @@ def check_supervisors(supervisors: list[dict[str, Any]], t: Thresholds) -> Check
                 f"last beat {format_age(s['heartbeat_age'])} ago")
     return Check("supervisors", "warn", message,
                  "a supervisor that died without cleaning up (or is stalled): check that process on its host; "
-                 "a dead one's row is removed by a live supervisor an hour after its last beat, and its "
+                 "a live supervisor removes a dead one's row (one of its own host whose pid is gone 10 s after its last beat, any other 5 minutes after), and its "
                  "running jobs come back when their leases expire (see orphaned_jobs)", figures)
 
 
