@@ -102,15 +102,16 @@ async def _batch(conn: psycopg.AsyncConnection, statement: str, keep: float, bat
 
 
 async def aprune(conn: psycopg.AsyncConnection, retention: Retention, *, batch: BatchSize | None = None,
-                 pause: float = 0.0, wait: bool = False) -> Pruned:
+                 pause: float = 0.0, wait: bool = False, pruned: Pruned | None = None) -> Pruned:
     """Delete everything past its window, batch after batch, until none is left; what was removed.
 
     `conn` is an autocommit connection. Without `wait`, the round ends at the first batch whose turn
     another process holds (it is pruning the same rows); with it, each batch waits for the turn.
-    `pause` seconds between batches leave the server to the hot path.
+    `pause` seconds between batches leave the server to the hot path. Counts go into `pruned` if given,
+    batch by batch, so a round cut short (a shutdown) still says what it removed.
     """
     batch = batch or BatchSize()
-    pruned = Pruned()
+    pruned = Pruned() if pruned is None else pruned
     loop = asyncio.get_running_loop()
     for what, statement, keep in retention.targets():
         while True:

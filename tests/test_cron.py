@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import signal
 from datetime import datetime, timedelta, timezone
 
 import psycopg

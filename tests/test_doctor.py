@@ -129,7 +129,7 @@ def test_a_session_idle_in_a_transaction_is_named(dsn, conn):
         idle.execute("SELECT 1")
         pid = pid_of(idle)
         found = until_warns(conn, "idle_in_transaction")
-        assert f"1 session idle in a transaction" in found.message and f"pid {pid}" in found.message
+        assert "1 session idle in a transaction" in found.message and f"pid {pid}" in found.message
         assert "application 'doctor test idle'" in found.message
         assert f"pid {pid}" in found.action and "idle_in_transaction_session_timeout" in found.action
         assert check(run_checks(conn, QUICK), "xmin_horizon").level == "ok"  # it holds no snapshot

@@ -68,6 +68,7 @@ def test_prune_removes_exactly_the_jobs_past_their_window(dsn, conn):
 
     assert removed == {"done": 30, "dead": 25, "events": 1}
     assert ids(conn) == set(young_done + dead_past_done_window + live)
+    assert not ids(conn) & set(old_done + old_dead)
     assert [r[0] for r in conn.execute("SELECT count FROM jobsup.events")] == [2]
     assert prune(dsn, Retention(keep_done=HOUR, keep_dead=4 * HOUR)) == {"done": 0, "dead": 0, "events": 0}
 
@@ -133,6 +134,13 @@ def test_a_dead_job_locked_by_a_requeue_is_stepped_over_not_waited_for(dsn, conn
     assert ids(conn) == {locked}
 
 
+def logged(sups) -> tuple[int, int]:
+    """Done and dead jobs the supervisors' `pruned` lines say they deleted, summed."""
+    logs = [sup.log() for sup in sups]
+    return (sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? done=(\d+)", log)),
+            sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? dead=(\d+)", log)))
+
+
 def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn, start):
     add(conn, "done", 30 * 24 * HOUR, 40_000)
     add(conn, "dead", 30 * 24 * HOUR, 4_000, kind="d")
@@ -162,16 +170,15 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
         flags = ("--keep-done", "1h", "--keep-dead", "1h", "--prune-interval", "20ms")
         sups = [start(*flags), start(*flags)]
         wait_for(lambda: status_counts(conn) == {"queued": 200}, timeout=120, message="every old row pruned")
+        # A round is logged when it ends, which may be a moment after its last batch.
+        wait_for(lambda: logged(sups) == (40_000, 4_000), timeout=30, message="both rounds logged")
     finally:
         stop.set()
         prober.join()
     for sup in sups:
         assert sup.stop() == 0
 
-    logs = [sup.log() for sup in sups]
-    done = sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? done=(\d+)", log))
-    dead = sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? dead=(\d+)", log))
-    assert (done, dead) == (40_000, 4_000), logs
+    assert logged(sups) == (40_000, 4_000), [sup.log() for sup in sups]  # each row once
     assert totals(conn)["d"] == (0, 0, 0)  # lowered once per pruned dead job, never twice
     assert errors == []
     assert len(claims) > 10

@@ -11,7 +11,7 @@ import asyncio
 import psycopg
 
 from ..errors import first_line
-from ..retention import BatchSize, Retention, aprune
+from ..retention import BatchSize, Pruned, Retention, aprune
 from .config import Config
 from .link import Link
 from .log import EventLog
@@ -24,11 +24,12 @@ async def prune_loop(link: Link, config: Config, log: EventLog) -> None:
     retention = Retention(keep_done=config.keep_done, keep_dead=config.keep_dead)
     batch = BatchSize()  # kept across rounds: a size that timed out stays small until batches are quick
     while True:
+        pruned = Pruned()
         try:
-            pruned = await link.run(lambda conn: aprune(conn, retention, batch=batch, pause=PAUSE))
+            await link.run(lambda conn: aprune(conn, retention, batch=batch, pause=PAUSE, pruned=pruned))
         except psycopg.Error as exc:
             log("pruner.error", "error", error=first_line(exc))
-        else:
+        finally:  # a round cut short by the shutdown still says what it deleted
             if pruned.total:
                 log("pruned", **pruned.to_json(), batch=batch.size)
         await asyncio.sleep(config.prune_interval)
