@@ -42,7 +42,7 @@ ROWS = [  # (figure, label, format)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from .cli import _positive_int
+    from .options import positive_int as _positive_int
 
     parser.description = ("Measure jobsup on this database: bulk enqueue, no-op and 1 ms throughput through "
                           "`jobsup start --procs N`, and pickup latency. It works in a jobsup schema it "

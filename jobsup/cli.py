@@ -8,12 +8,11 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import replace
-from datetime import datetime
 from typing import Any
 
 from . import __version__, dsn as dsns, embedded, options
 from .durations import parse_duration
-from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, BadInput, JobsupError, first_line
+from .errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, BadInput, JobsupError, first_line
 from .job import EncodedPayload, JobSpec
 
 # Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
@@ -30,13 +29,7 @@ _iso_time = options.iso_time
 database_options = options.database_options
 
 
-def connect(args: argparse.Namespace, *, check_schema: bool = True):
-    from .migrate import require_schema
-
-    conn = dsns.connect(dsns.resolve(args.dsn, args.data_dir))
-    if check_schema:
-        require_schema(conn)
-    return conn
+connect = options.connect
 
 
 # --- migrate ---------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ def _when(moment: datetime | None, now: datetime) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from . import cron
-    from .cli import connect
+    from .options import connect
     from .errors import BadInput
 
     if args.action == "list":

@@ -51,7 +51,7 @@ def _shown(kind: str, value: float) -> str:
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from .cli import _duration, _int
+    from .options import duration as _duration, integer as _int
 
     types = {"duration": _duration, "count": _int, "fraction": _fraction}
     parser.description = ("Check the queue's database: what holds back vacuum (old snapshots, idle "
@@ -95,7 +95,7 @@ def print_report(report: Report) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import connect
+    from .options import connect
 
     thresholds = _thresholds(args)
     with connect(args, check_schema=False) as conn:  # a missing or old schema is one of the findings

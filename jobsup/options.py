@@ -106,3 +106,15 @@ def database_options() -> argparse.ArgumentParser:
     group.add_argument("--data-dir", help="data directory of the embedded PostgreSQL "
                                           f"({env_note('JOBSUP_DATA_DIR', embedded.DEFAULT_DATA_DIR)})")
     return parent
+
+
+def connect(args: argparse.Namespace, *, check_schema: bool = True):
+    """The database of a command's --dsn / --data-dir options (see database_options), its schema
+    checked to be current unless `check_schema` is False."""
+    from . import dsn as dsns
+    from .migrate import require_schema
+
+    conn = dsns.connect(dsns.resolve(args.dsn, args.data_dir))
+    if check_schema:
+        require_schema(conn)
+    return conn

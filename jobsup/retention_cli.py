@@ -13,7 +13,7 @@ from .retention import KEEP_DEAD, KEEP_DONE, Pruned, Retention, aprunable, aprun
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from .cli import _duration
+    from .options import duration as _duration
 
     parser.description = ("Delete done jobs older than --keep-done, dead and cancelled jobs older than "
                           "--keep-dead (by when they finished) and events older than 7 days, in batches, "
@@ -55,7 +55,7 @@ async def _prune(dsn: str, retention: Retention, dry_run: bool) -> Pruned:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .cli import connect
+    from .options import connect
     from .dsn import resolve
 
     retention = Retention(keep_done=args.keep_done, keep_dead=args.keep_dead)
