@@ -31,6 +31,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--stale-after", type=_duration, default=_env("stale_after", STALE_AFTER),
                         help="a supervisor whose heartbeat is older than this is shown as stale "
                              f"(env JOBSUP_TOP_STALE_AFTER; default {STALE_AFTER:g}s)")
+    parser.add_argument("--max-xmin-age", type=_duration, default=_env("max_xmin_age", 300.0),
+                        help="a snapshot or transaction holding back vacuum longer than this is the header's "
+                             "health warning, as for `jobsup doctor` (env JOBSUP_TOP_MAX_XMIN_AGE; default 5m; "
+                             "0 turns it off)")
     parser.add_argument("--read-only", action="store_true", default=_flag(_env("read_only", "")),
                         help="hide and refuse every action that changes data (env JOBSUP_TOP_READ_ONLY=1)")
     parser.set_defaults(run=run)
@@ -49,9 +53,11 @@ def run(args: argparse.Namespace) -> int:
     with dsns.connect(dsn) as conn:
         require_schema(conn)
 
+    from ..doctor import Thresholds
     from .app import TopApp
     from .source import Source
 
-    TopApp(Source(dsn, read_only=args.read_only), refresh=refresh, warn_age=float(args.warn_age),
+    source = Source(dsn, read_only=args.read_only, thresholds=Thresholds(max_xmin_age=float(args.max_xmin_age)))
+    TopApp(source, refresh=refresh, warn_age=float(args.warn_age),
            stale_after=float(args.stale_after), read_only=args.read_only).run()
     return EXIT_OK
