@@ -42,9 +42,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.server import fresh_database  # noqa: E402
+from jobsup import queue  # noqa: E402
 from jobsup.durations import parse_duration  # noqa: E402
 from jobsup.migrate import migrate  # noqa: E402
-from jobsup.sql import STATEMENTS as SQL  # noqa: E402
 
 DATABASE = "jobsup_bench_soak"
 ENQUEUE_CHUNK = 5000
@@ -116,10 +116,10 @@ def enqueuer(dsn: str, backlog: int, shared: Shared) -> None:
 def prober(dsn: str, shared: Shared) -> None:
     try:
         with psycopg.connect(dsn, options="-c plan_cache_mode=force_custom_plan") as conn:
-            params = {"queues": ["default"], "limit": PROBE_LIMIT, "locked_by": "soak-probe", "lease": 30.0}
             while not shared.stop.is_set():
                 started = time.perf_counter()
-                conn.execute(SQL["claim"], params).fetchall()
+                # From the head of the index, with no claim keys: a claim's worst case.
+                queue.claim(conn, ["default"], PROBE_LIMIT, "soak-probe", 30.0)
                 elapsed = (time.perf_counter() - started) * 1000
                 conn.rollback()  # the jobs go back untouched
                 with shared.lock:
