@@ -43,13 +43,17 @@ def redact(dsn: str) -> str:
     return _KV_PASSWORD.sub(r"\1***", dsn)
 
 
-def resolve(dsn: str | None = None, data_dir: str | None = None) -> str:
-    """The DSN to use, starting the embedded server if nothing else names one."""
+def given(dsn: str | None = None) -> str | None:
+    """The DSN the flag or the environment names, checked; None when the embedded server is meant."""
     chosen = dsn or os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
     if chosen:
         check(chosen)
-        return chosen
-    return embedded.ensure_running(embedded.data_dir_from(data_dir))
+    return chosen or None
+
+
+def resolve(dsn: str | None = None, data_dir: str | None = None) -> str:
+    """The DSN to use, starting the embedded server if nothing else names one."""
+    return given(dsn) or embedded.ensure_running(embedded.data_dir_from(data_dir))
 
 
 def check(dsn: str) -> None:

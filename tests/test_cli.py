@@ -303,6 +303,7 @@ def test_start_names_a_dsn_that_does_not_parse_without_its_password():
     assert result.returncode == 1, result.stderr
     assert "not a valid DSN: 'postgresql//u:***@127.0.0.1:1/x'" in result.stderr, result.stderr
     assert "secretpw" not in result.stderr + result.stdout and "Traceback" not in result.stderr
+    assert "worker.spawned" not in result.stderr + result.stdout  # refused before any worker starts
 
 
 def test_an_app_of_the_wrong_form_is_refused_before_anything_starts(dsn, conn):

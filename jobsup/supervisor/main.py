@@ -15,6 +15,7 @@ from .supervisor import Supervisor
 
 
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
+    dsns.given(dsn)  # a DSN that does not parse is refused before any worker starts
     if config.listen_dsn:
         # Before any worker starts: a listener that cannot connect would leave the supervisor deaf.
         try:
