@@ -93,3 +93,13 @@ def crash(job: Job) -> None:
 @app.handler("capped", max_snoozes=2)
 def capped(job: Job) -> None:
     raise Snooze(0.01)
+
+
+@app.handler("stubborn")
+def stubborn(job: Job) -> None:
+    """Ignores SIGTERM and sleeps for an hour: only SIGKILL ends it."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record(job)
+    time.sleep(3600)

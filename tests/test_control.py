@@ -122,3 +122,117 @@ def test_a_job_cannot_snooze_for_ever(conn, start):
         "Snooze: snoozed for 0.01s", "Snooze: snoozed for 0.01s",
         "Snooze: snoozed 2 times, the most a 'capped' job may (max_snoozes=2)",
         "Snooze: snoozed 2 times, the most a 'capped' job may (max_snoozes=2)"]
+
+
+# --- jobsup cancel ---------------------------------------------------------------------------------
+
+KILL_GRACE = 2.0  # the supervisor's (Config.kill_grace)
+
+
+def pid_gone(pid: int) -> bool:
+    import psutil
+
+    try:
+        return not alive(psutil.Process(pid))
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_cancelling_a_running_job_stops_its_worker_and_leaves_the_rest_alone(conn, dsn, start):
+    make_calls_table(conn)
+    hour, other = queue.enqueue_many(conn, [{"kind": "stubborn"},  # ignores SIGTERM: SIGKILL after the grace
+                                            {"kind": "sleep", "payload": {"seconds": 4}}])
+    sup = start(app=APP, procs=2)
+    wait_for(lambda: len(calls(conn, hour)) == 1 and len(calls(conn, other)) == 1, 60, 0.02, "both jobs running")
+    [(_, pid, _)] = calls(conn, hour)
+    before = {p.pid for p in sup.workers()}
+
+    result = jobsup("cancel", "--id", str(hour), "--dsn", dsn)
+    returned = time.monotonic()
+    assert result.returncode == 0, result.stderr
+    assert f"job {hour} (stubborn): cancel requested; running under " in result.stdout
+    assert "cancelled 0 jobs; cancel requested for 1 running; 0 not changed" in result.stdout
+    wait_for(lambda: pid_gone(pid), KILL_GRACE + 5, 0.01, "the cancelled job's worker to go")
+    took = time.monotonic() - returned
+    assert took < KILL_GRACE + 1, took
+
+    wait_for(lambda: job(conn, hour)["status"] == "cancelled", 30, 0.02, "the job to be recorded cancelled")
+    h = job(conn, hour)
+    assert h["attempts"] == 1 and h["cancelled_by"].count("@") == 1
+    assert h["last_error"] == f"cancelled by {h['cancelled_by']}"
+    assert h["errors"][-1]["error"] == h["last_error"]
+    wait_for(lambda: len(sup.workers()) == 2, 30, 0.05, "the pool back to its size")
+    assert pid not in {p.pid for p in sup.workers()} and len(before) == 2
+    wait_for(lambda: job(conn, other)["status"] == "done", 30, 0.05, "the other job to finish")
+    o = job(conn, other)
+    assert (o["attempts"], o["cancelled_by"], len(calls(conn, other))) == (1, None, 1)  # untouched
+    assert len(calls(conn, hour)) == 1  # not retried
+    assert "job.cancelled" in sup.log()
+
+
+def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
+    queued, scheduled, finished_ = queue.enqueue_many(conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600},
+                                                             {"kind": "ok"}])
+    conn.execute("UPDATE jobsup.jobs SET status = 'done', done_at = now() WHERE id = %s", (finished_,))
+
+    missing = jobsup("cancel", "--id", str(queued), "999999", "--dsn", dsn)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == "jobsup: error: no job with id 999999; nothing was changed"
+    assert job(conn, queued)["status"] == "queued"  # nothing changed
+
+    result = jobsup("cancel", "--id", str(queued), str(scheduled), str(finished_), "--json", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    answer = json.loads(result.stdout)
+    assert (answer["cancelled"], answer["requested"], answer["unchanged"]) == (2, 0, 1)
+    assert [(j["id"], j["action"], j["status"], j["was"]) for j in answer["jobs"]] == [
+        (queued, "cancelled", "cancelled", "queued"), (scheduled, "cancelled", "cancelled", "queued"),
+        (finished_, "unchanged", "done", "done")]
+    for job_id in (queued, scheduled):
+        row = job(conn, job_id)
+        assert row["status"] == "cancelled" and row["done_at"] is not None
+        assert row["last_error"].startswith("cancelled by ")
+    assert job(conn, finished_)["status"] == "done"
+
+    again = jobsup("cancel", "--id", str(queued), "--dsn", dsn)
+    assert f"job {queued} (ok): not changed: cancelled already" in again.stdout
+    totals = conn.execute("SELECT sum(cancelled) FROM jobsup.kind_totals WHERE kind = 'ok'").fetchone()[0]
+    assert totals == 2
+
+
+def test_cancel_by_kind_and_queue(conn, dsn):
+    a, b, c = queue.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"},
+                                        {"kind": "sms"}])
+    result = jobsup("cancel", "--kind", "email", "--queue", "bulk", "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [f"job {b} (email): cancelled (was queued)",
+                                          "cancelled 1 job; cancel requested for 0 running; 0 not changed"]
+    assert [job(conn, i)["status"] for i in (a, b, c)] == ["queued", "cancelled", "queued"]
+    none = jobsup("cancel", "--kind", "fax", "--dsn", dsn)
+    assert none.returncode == 0 and "no queued or running job of kind fax: nothing cancelled" in none.stdout
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["cancel"], "cancel needs either --id N ... or --kind K (one of them)"),
+    (["cancel", "--id", "1", "--kind", "x"], "cancel needs either --id N ... or --kind K (one of them)"),
+    (["cancel", "--id", "1", "--queue", "q"], "--queue narrows --kind; with --id the ids say which jobs"),
+    (["cancel", "--kind", " "], "--kind cannot be empty"),
+    (["pause", ""], "a queue name cannot be empty"),
+    (["resume", " "], "a queue name cannot be empty"),
+    (["retry", "--id", "424242"], "no job with id 424242; nothing was changed"),
+])
+def test_bad_input_is_one_line_and_exit_2(dsn, argv, message):
+    result = jobsup(*argv, "--dsn", dsn)
+    assert result.returncode == 2
+    assert result.stderr.strip() == f"jobsup: error: {message}"
+    assert result.stdout == ""
+
+
+def test_a_cancel_whose_notify_was_missed_is_found_by_the_lease_renewal(conn, start):
+    make_calls_table(conn)
+    [hour] = queue.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3600}}])
+    start("--lease", "900ms", app=APP, procs=1)  # renewed every 300 ms
+    wait_for(lambda: calls(conn, hour), 60, 0.02, "the job to run")
+    # The request without its NOTIFY (as if the listener was reconnecting when it was sent).
+    conn.execute("UPDATE jobsup.jobs SET cancelled_by = 'someone@elsewhere' WHERE id = %s", (hour,))
+    wait_for(lambda: job(conn, hour)["status"] == "cancelled", 20, 0.05, "the renewal to find the request")
+    assert job(conn, hour)["last_error"] == "cancelled by someone@elsewhere"
