@@ -236,3 +236,127 @@ def test_a_cancel_whose_notify_was_missed_is_found_by_the_lease_renewal(conn, st
     conn.execute("UPDATE jobsup.jobs SET cancelled_by = 'someone@elsewhere' WHERE id = %s", (hour,))
     wait_for(lambda: job(conn, hour)["status"] == "cancelled", 20, 0.05, "the renewal to find the request")
     assert job(conn, hour)["last_error"] == "cancelled by someone@elsewhere"
+
+
+# --- jobsup pause / resume -------------------------------------------------------------------------
+
+
+class Feed:
+    """A steady stream of 1 ms `tick` jobs into some queues, from a thread of its own."""
+
+    def __init__(self, dsn: str, queues: list[str], per_second: int = 100) -> None:
+        import threading
+
+        self.dsn, self.queues, self.per_second = dsn, queues, per_second
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            per_round = max(1, self.per_second // 50)
+            while not self.stop.wait(0.02):
+                queue.enqueue_many(conn, [{"kind": "tick", "queue": q} for q in self.queues for _ in range(per_round)])
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(10)
+
+
+def started_by_queue(conn, since, until) -> dict[str, int]:
+    return dict(conn.execute(
+        "SELECT j.queue, count(*) FROM calls c JOIN jobsup.jobs j ON j.id = c.job_id "
+        "WHERE c.at >= %s AND c.at < %s GROUP BY j.queue", (since, until)).fetchall())
+
+
+def db_now(conn):
+    return conn.execute("SELECT clock_timestamp()").fetchone()[0]
+
+
+def test_pausing_a_queue_under_load_on_two_supervisors(conn, dsn, start):
+    from datetime import timedelta
+
+    make_calls_table(conn)
+    sups = [start("--queues", "a,b", app=APP, procs=2) for _ in range(2)]
+    for sup in sups:
+        sup.wait_ready()
+    feed = Feed(dsn, ["a", "b"])
+    try:
+        wait_for(lambda: len(started_by_queue(conn, db_now(conn) - timedelta(seconds=1), db_now(conn))) == 2,
+                 30, 0.05, "both queues running")
+        time.sleep(2)  # a steady state to compare with (a fixed span of the stream, not a wait for a result)
+        result = jobsup("pause", "a", "--dsn", dsn)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == "paused queue a: no supervisor claims from it; running jobs finish"
+        (paused_at,) = conn.execute("SELECT paused_at FROM jobsup.queue_pauses WHERE queue = 'a'").fetchone()
+        for sup in sups:
+            sup.wait_log("queue.paused")
+        time.sleep(3.5)  # the stream goes on into both queues for a span of 3.5 s
+        during_end = db_now(conn)
+        late = started_by_queue(conn, paused_at + timedelta(seconds=2), during_end)
+        assert late.get("a", 0) == 0, late  # nothing of `a` started more than 2 s after the pause
+        before = started_by_queue(conn, paused_at - timedelta(seconds=2), paused_at).get("b", 0)
+        during = started_by_queue(conn, paused_at + timedelta(seconds=1), paused_at + timedelta(seconds=3)).get("b", 0)
+        assert before > 0 and during >= 0.6 * before, (before, during)  # `b` kept its pace (fed at 100/s)
+        again = jobsup("pause", "a", "--dsn", dsn)
+        assert again.stdout.strip() == "queue a was paused already: nothing changed"
+
+        resumed = jobsup("resume", "a", "--json", "--dsn", dsn)
+        assert json.loads(resumed.stdout) == {"queue": "a", "paused": False, "changed": True}
+        (resumed_at,) = conn.execute("SELECT clock_timestamp()").fetchone()
+        wait_for(lambda: started_by_queue(conn, resumed_at, db_now(conn)).get("a", 0) > 0, 10, 0.05,
+                 "queue a claimed again")
+    finally:
+        feed.close()
+    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status <> 'done'").fetchone()[0] == 0,
+             60, 0.1, "the backlog of a to drain")
+    for sup in sups:
+        assert "queue.resumed" in sup.log()
+
+
+def test_a_pause_whose_notify_was_missed_is_read_by_the_heartbeat(conn, dsn, start):
+    from datetime import timedelta
+
+    make_calls_table(conn)
+    sup = start(app=APP, procs=1)  # --heartbeat-interval 200ms
+    sup.wait_ready()
+    conn.execute("INSERT INTO jobsup.queue_pauses (queue) VALUES ('default')")  # no NOTIFY
+    sup.wait_log("queue.paused", 10)
+    (since,) = conn.execute("SELECT clock_timestamp()").fetchone()
+    ids = queue.enqueue_many(conn, [{"kind": "tick"}] * 5)
+    time.sleep(1)  # a span in which nothing may start
+    assert started_by_queue(conn, since, db_now(conn)) == {}
+    stats = jobsup("stats", "--json", "--dsn", dsn)
+    assert [q["queue"] for q in json.loads(stats.stdout)["paused_queues"]] == ["default"]
+    assert "paused queues" in jobsup("stats", "--dsn", dsn).stdout
+    conn.execute("DELETE FROM jobsup.queue_pauses")
+    wait_for(lambda: finished(conn, ids), 20, 0.05, "the jobs to run once the pause is gone")
+    assert started_by_queue(conn, since, db_now(conn) + timedelta(seconds=1)) == {"default": 5}
+
+
+# --- jobsup retry ----------------------------------------------------------------------------------
+
+
+def test_retry_runs_a_job_waiting_for_its_backoff_now_and_reports_the_others(conn, dsn, start):
+    make_calls_table(conn)
+    waiting, scheduled, due, done = queue.enqueue_many(conn, [
+        {"kind": "rate_limited", "payload": {"seconds": 3600}},  # RetryAfter(3600) on its first attempt
+        {"kind": "ok", "delay": 3600, "queue": "later"}, {"kind": "ok", "queue": "later"},
+        {"kind": "ok", "queue": "later"}])
+    conn.execute("UPDATE jobsup.jobs SET status = 'done', done_at = now() WHERE id = %s", (done,))
+    start(app=APP, procs=1)
+    wait_for(lambda: job(conn, waiting)["attempts"] == 1 and job(conn, waiting)["status"] == "queued",
+             30, 0.05, "the first attempt to fail")
+    assert job(conn, waiting)["run_at"] > db_now(conn)  # an hour away
+
+    result = jobsup("retry", "--id", str(waiting), str(scheduled), str(due), str(done), "--dsn", dsn)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        f"job {waiting} (rate_limited): retried: attempt 2 is due now",
+        f"job {scheduled} (ok): not changed: scheduled, not waiting for a retry (it never ran)",
+        f"job {due} (ok): not changed: due already",
+        f"job {done} (ok): not changed: done, not waiting for a retry",
+        "retried 1 job now; 3 not changed"]
+    wait_for(lambda: job(conn, waiting)["status"] == "done", 20, 0.05, "the retry to run at once")
+    assert job(conn, waiting)["attempts"] == 2
+    assert job(conn, scheduled)["run_at"] > db_now(conn)
