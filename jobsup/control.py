@@ -80,7 +80,7 @@ def cancel(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: 
     actions = []
     for job_id, job_kind, _queue, status, locked_by, _told in changed:
         if status == "cancelled":
-            actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", before.get(job_id, (0, 0, "queued"))[2]))
+            actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", "queued"))
         else:
             actions.append(JobAction(job_id, job_kind, "requested", status, status,
                                      f"running under {locked_by}: its supervisor stops the worker"))

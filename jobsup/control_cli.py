@@ -86,18 +86,22 @@ def _pause_or_resume(args: argparse.Namespace, pausing: bool) -> int:
     return EXIT_OK
 
 
-def configure(sub: argparse._SubParsersAction, db: argparse.ArgumentParser) -> None:
-    """Add cancel, pause, resume and retry to the `jobsup` command's subparsers."""
+def _ids(parser: argparse.ArgumentParser, required: bool) -> None:
     from .options import positive_int
 
+    parser.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N", required=required,
+                        help="these jobs: --id 2 76906, or --id 2 --id 76906")
+
+
+def configure(sub: argparse._SubParsersAction, db: argparse.ArgumentParser) -> None:
+    """Add cancel, pause, resume and retry to the `jobsup` command's subparsers."""
     p = sub.add_parser("cancel", parents=[db], help="cancel jobs: queued at once, running ones stopped",
                        description="Cancel jobs by --id, or every queued and running job of --kind (in "
                                    "--queue). A queued or scheduled job becomes cancelled at once; a "
                                    "running one's supervisor stops its worker (SIGTERM, then SIGKILL after "
                                    "the kill grace) and records it cancelled; a finished job is reported, "
                                    "not changed.")
-    p.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N",
-                   help="these jobs: --id 2 76906, or --id 2 --id 76906")
+    _ids(p, required=False)
     p.add_argument("--kind", help="every queued and running job of this kind")
     p.add_argument("--queue", help="with --kind: only in this queue")
     p.add_argument("--json", action="store_true",
@@ -115,7 +119,6 @@ def configure(sub: argparse._SubParsersAction, db: argparse.ArgumentParser) -> N
     p = sub.add_parser("retry", parents=[db], help="run a job waiting for its retry now",
                        description="A job waiting for its backoff (queued, its run_at in the future, "
                                    "attempted before) is due now; the others are reported as they are.")
-    p.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N", required=True,
-                   help="these jobs: --id 2 76906, or --id 2 --id 76906")
+    _ids(p, required=True)
     p.add_argument("--json", action="store_true", help='one JSON object: counts ("retried", "unchanged") and "jobs"')
     p.set_defaults(run=cmd_retry)
