@@ -17,6 +17,7 @@ _EXPORTS = {
     "App": "app", "Handler": "app", "load_app": "app", "JobsupError": "errors", "Job": "job",
     "JobSpec": "job", "AsyncQueue": "pool", "Queue": "pool", "aenqueue": "queue", "aenqueue_many": "queue",
     "enqueue": "queue", "enqueue_many": "queue",
+    "Snooze": "outcomes", "RetryAfter": "outcomes", "Discard": "outcomes",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from .app import App, Handler, load_app
     from .errors import JobsupError
     from .job import Job, JobSpec
+    from .outcomes import Discard, RetryAfter, Snooze
     from .pool import AsyncQueue, Queue
     from .queue import aenqueue, aenqueue_many, enqueue, enqueue_many
 

@@ -27,6 +27,7 @@ class Handler:
     timeout: float | None = None  # seconds; None means the supervisor's --timeout
     queue: str | None = None
     priority: int | None = None
+    max_snoozes: int | None = None  # None: jobsup.outcomes.MAX_SNOOZES
 
     @property
     def is_async(self) -> bool:
@@ -45,14 +46,18 @@ class App:
         self.schedules: dict[str, Schedule] = {}
 
     def handler(self, kind: str, *, max_attempts: int | None = None, timeout: float | None = None,
-                queue: str | None = None, priority: int | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
+                queue: str | None = None, priority: int | None = None,
+                max_snoozes: int | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
         if not isinstance(kind, str) or not kind:
             raise BadInput("a handler needs a kind: a non-empty string")
+        if max_snoozes is not None and (isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int)
+                                        or max_snoozes < 0):
+            raise BadInput(f"max_snoozes of handler {kind!r} must be a whole number >= 0, not {max_snoozes!r}")
         if kind in self.handlers:
             raise BadInput(f"two handlers for kind {kind!r}")
 
         def register(func: HandlerFunc) -> HandlerFunc:
-            self.handlers[kind] = Handler(kind, func, max_attempts, timeout, queue, priority)
+            self.handlers[kind] = Handler(kind, func, max_attempts, timeout, queue, priority, max_snoozes)
             return func
 
         return register

@@ -54,6 +54,11 @@ class Job(NamedTuple):
     priority: int = 0
     run_at: datetime | None = None
     created_at: datetime | None = None
+    # How many times a handler snoozed this job (each Snooze gave its attempt back).
+    snoozes: int = 0
+    # The job's earlier entries of `errors` (failed, interrupted, snoozed attempts), oldest first:
+    # {attempt, at, error, traceback, by, snooze}. A handler sees a list, empty on a first run.
+    errors: list[dict[str, Any]] | None = None
 
 
 class EncodedPayload(str):

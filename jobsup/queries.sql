@@ -102,8 +102,10 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
     locked_until = now() + make_interval(secs => %(lease)s::float8), started_at = now()
 FROM picked
 WHERE j.id = picked.id
--- The columns of jobsup.job.Job, in its order.
-RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at
+-- The columns of jobsup.job.Job, in its order. errors is NULL for a job with no history (most of them),
+-- so the client decodes no JSON for it.
+RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at,
+          j.snoozes, nullif(j.errors, '[]'::jsonb)
 
 -- name: complete
 -- `j.id = ANY(ids)` bounds every plan by the ids given: whatever the statistics say (a supervisor's
@@ -139,39 +141,49 @@ SELECT id FROM done
 -- name: fail
 -- Retry after min(cap, base * 2^(attempt-1)) seconds, less up to `jitter` of it at random, so the cap
 -- holds and retries of a burst spread out; the attempt that reaches max_attempts buries the job.
+-- A delay given (RetryAfter: NULL for the others) replaces the backoff. A job whose cancel was
+-- requested (control) is `cancelled` instead: never retried.
 WITH failed AS (
     UPDATE jobsup.jobs j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
-        run_at = CASE WHEN j.attempts >= j.max_attempts THEN j.run_at
+    SET status = CASE WHEN j.cancelled_by IS NOT NULL THEN 'cancelled'
+                      WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+        run_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancelled_by IS NOT NULL THEN j.run_at
+                      WHEN o.delay IS NOT NULL THEN now() + make_interval(secs => o.delay)
                       ELSE now() + make_interval(secs =>
                                least(%(backoff_cap)s::float8,
                                      %(backoff_base)s::float8 * power(2, least(j.attempts - 1, 60)))
                                * (1 - %(jitter)s::float8 * random())) END,
-        done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+        done_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancelled_by IS NOT NULL THEN now() END,
         locked_until = NULL,
-        locked_by = CASE WHEN j.attempts >= j.max_attempts THEN j.locked_by END,
+        locked_by = CASE WHEN j.attempts >= j.max_attempts OR j.cancelled_by IS NOT NULL THEN j.locked_by END,
         last_error = o.error,
         errors = j.errors || jsonb_build_array(jsonb_build_object(
             'attempt', j.attempts, 'at', now(), 'error', o.error, 'traceback', o.traceback,
             'by', %(locked_by)s))
-    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[], %(tracebacks)s::text[])
-         AS o(id, attempt, error, traceback)
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(errors)s::text[], %(tracebacks)s::text[],
+                %(delays)s::float8[])
+         AS o(id, attempt, error, traceback, delay)
     WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
       AND j.status = 'running' AND j.locked_by = %(locked_by)s
     RETURNING j.id, j.kind, j.status, j.run_at
 ), totals AS (
-    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead)
-    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead') FROM failed GROUP BY kind
-    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead, cancelled)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead'),
+           count(*) FILTER (WHERE status = 'cancelled') FROM failed GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead,
+                                           cancelled = t.cancelled + excluded.cancelled
 )
 SELECT id, status, run_at FROM failed
 
 -- name: release
 -- Hands back jobs this supervisor holds without counting the attempt: prefetched jobs never started,
--- and (with a reason) jobs interrupted by shutdown, which are never buried for it.
+-- and (with a reason) jobs interrupted by shutdown, which are never buried for it. One whose cancel
+-- was requested (control) becomes `cancelled` rather than queued.
 WITH released AS (
     UPDATE jobsup.jobs j
-    SET status = 'queued', attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
+    SET status = CASE WHEN j.cancelled_by IS NULL THEN 'queued' ELSE 'cancelled' END,
+        done_at = CASE WHEN j.cancelled_by IS NOT NULL THEN now() END,
+        attempts = j.attempts - 1, locked_by = NULL, locked_until = NULL,
         started_at = NULL,
         last_error = coalesce(o.reason, j.last_error),
         errors = CASE WHEN o.reason IS NULL THEN j.errors
@@ -192,7 +204,8 @@ SET locked_until = now() + make_interval(secs => %(lease)s::float8)
 FROM unnest(%(ids)s::bigint[], %(attempts)s::int[]) AS o(id, attempt)
 WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
   AND j.status = 'running' AND j.locked_by = %(locked_by)s
-RETURNING j.id
+-- cancelled_by: a cancel request (control); the renewal is the backstop of its NOTIFY.
+RETURNING j.id, j.cancelled_by
 
 -- name: reap
 -- Returns jobs whose lease ran out (their supervisor died or stalled). The lost attempt counts, so a job
@@ -205,8 +218,9 @@ WITH expired AS (
     FOR UPDATE SKIP LOCKED
 ), reaped AS (
     UPDATE jobsup.jobs j
-    SET status = CASE WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
-        done_at = CASE WHEN j.attempts >= j.max_attempts THEN now() END,
+    SET status = CASE WHEN j.cancelled_by IS NOT NULL THEN 'cancelled'  -- requested (control)
+                      WHEN j.attempts >= j.max_attempts THEN 'dead' ELSE 'queued' END,
+        done_at = CASE WHEN j.attempts >= j.max_attempts OR j.cancelled_by IS NOT NULL THEN now() END,
         run_at = now(), locked_until = NULL, locked_by = NULL,
         last_error = 'lease expired: ' || coalesce(e.locked_by, '?') || ' stopped renewing it',
         errors = j.errors || jsonb_build_array(jsonb_build_object(
@@ -217,9 +231,11 @@ WITH expired AS (
     WHERE j.id = e.id
     RETURNING j.id, j.kind, j.queue, j.status, e.locked_by
 ), totals AS (
-    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead)
-    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead') FROM reaped GROUP BY kind
-    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, failed, dead, cancelled)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*), count(*) FILTER (WHERE status = 'dead'),
+           count(*) FILTER (WHERE status = 'cancelled') FROM reaped GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET failed = t.failed + excluded.failed, dead = t.dead + excluded.dead,
+                                           cancelled = t.cancelled + excluded.cancelled
 ), event AS (
     INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail)
     SELECT 'reaped', %(reaper)s::text, count(*), array_agg(id ORDER BY id),
@@ -270,7 +286,8 @@ UNION ALL
 SELECT kind, queue, 0, 0, count(*) FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
 
 -- name: kind_totals
-SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead
+SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead,
+       sum(cancelled)::bigint AS cancelled
 FROM jobsup.kind_totals GROUP BY kind ORDER BY kind
 
 -- name: oldest_ready
@@ -311,6 +328,8 @@ INSERT INTO jobsup.supervisors AS s (id, host, pid, version, queues, procs, stat
 VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(procs)s, %(state)s, %(workers)s, %(jobs_done)s)
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done
+-- The paused queues (control): the heartbeat is the backstop of their NOTIFY, at no extra statement.
+RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses)
 
 -- name: supervisor_gone
 DELETE FROM jobsup.supervisors WHERE id = %(id)s
@@ -851,3 +870,154 @@ WHERE host = %(host)s AND id <> %(id)s AND heartbeat_at < now() - make_interval(
 DELETE FROM jobsup.supervisors
 WHERE id = ANY(%(ids)s) AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
 RETURNING id
+
+-- control (issue 9): handler verbs (Snooze, RetryAfter, Discard), `jobsup cancel`, `pause`, `resume`,
+-- `retry`, and jobsup.testing. A cancel of a running job sets cancelled_by (the request) and is announced
+-- as {"cancel": [ids] or null (too many to list: every supervisor renews its leases now), "by": who};
+-- the lease renewal (extend) returns the requests as well, as the backstop. A pause is announced as
+-- {"queue": name, "paused": true|false}; the heartbeat returns the paused queues, as the backstop.
+
+-- name: snooze
+-- Snooze(seconds): the attempt is given back, the snooze counted, and the job queued again after the
+-- delay (fenced as every outcome write). Recorded in errors with its snooze number; last_error is kept.
+WITH snoozed AS (
+    UPDATE jobsup.jobs j
+    SET status = CASE WHEN j.cancelled_by IS NULL THEN 'queued' ELSE 'cancelled' END,
+        done_at = CASE WHEN j.cancelled_by IS NOT NULL THEN now() END,
+        attempts = CASE WHEN j.cancelled_by IS NULL THEN j.attempts - 1 ELSE j.attempts END,
+        snoozes = j.snoozes + 1,
+        run_at = now() + make_interval(secs => o.delay),
+        locked_until = NULL, started_at = NULL,
+        locked_by = CASE WHEN j.cancelled_by IS NOT NULL THEN j.locked_by END,
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(), 'error', o.reason, 'snooze', j.snoozes + 1,
+            'by', %(locked_by)s))
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(delays)s::float8[], %(reasons)s::text[])
+         AS o(id, attempt, delay, reason)
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
+      AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    RETURNING j.id, j.kind, j.status, j.run_at
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, cancelled)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*) FROM snoozed WHERE status = 'cancelled' GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET cancelled = t.cancelled + excluded.cancelled
+)
+SELECT id, status, run_at FROM snoozed
+
+-- name: cancel_held
+-- A held job becomes `cancelled` (fenced): a Discard (reason given, cancelled_by 'handler'), or a job
+-- whose worker was stopped on an operator's request (reason NULL: "cancelled by <who>").
+WITH cancelled AS (
+    UPDATE jobsup.jobs j
+    SET status = 'cancelled', done_at = now(), locked_until = NULL,
+        cancelled_by = coalesce(j.cancelled_by, o.by),
+        last_error = coalesce(o.reason, 'cancelled by ' || coalesce(j.cancelled_by, o.by, '?')),
+        errors = j.errors || jsonb_build_array(jsonb_build_object(
+            'attempt', j.attempts, 'at', now(),
+            'error', coalesce(o.reason, 'cancelled by ' || coalesce(j.cancelled_by, o.by, '?')),
+            'traceback', o.traceback, 'by', %(locked_by)s))
+    FROM unnest(%(ids)s::bigint[], %(attempts)s::int[], %(reasons)s::text[], %(tracebacks)s::text[],
+                %(bys)s::text[]) AS o(id, attempt, reason, traceback, by)
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.id = o.id AND j.attempts = o.attempt  -- bounded: see complete
+      AND j.status = 'running' AND j.locked_by = %(locked_by)s
+    RETURNING j.id, j.kind
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, cancelled)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*) FROM cancelled GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET cancelled = t.cancelled + excluded.cancelled
+)
+SELECT id FROM cancelled
+
+-- name: jobs_status
+-- The status of each of these ids that exists (`jobsup cancel` and `retry` refuse unknown ones first).
+SELECT id, kind, status, attempts, run_at > now() AS waiting, locked_by, cancelled_by
+FROM jobsup.jobs WHERE id = ANY(%(ids)s::bigint[])
+ORDER BY id
+
+-- name: cancel_jobs
+-- `jobsup cancel`: by ids, or every live job of a kind (in a queue). A queued (or scheduled) job is
+-- cancelled at once; a running one gets the request (cancelled_by) and its supervisor is told. Row by row
+-- the UPDATE re-reads a row that changed under it, so a job claimed meanwhile gets the request.
+WITH target AS (
+    SELECT id FROM jobsup.jobs WHERE id = ANY(%(ids)s::bigint[])
+    UNION ALL
+    SELECT id FROM jobsup.jobs
+    WHERE %(ids)s::bigint[] IS NULL AND status = 'queued' AND kind = %(kind)s::text
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    UNION ALL
+    SELECT id FROM jobsup.jobs
+    WHERE %(ids)s::bigint[] IS NULL AND status = 'running' AND kind = %(kind)s::text
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+), changed AS (
+    UPDATE jobsup.jobs j
+    SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
+        done_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.done_at END,
+        cancelled_by = %(by)s::text,
+        last_error = CASE WHEN j.status = 'queued' THEN 'cancelled by ' || %(by)s::text ELSE j.last_error END,
+        errors = CASE WHEN j.status = 'queued'
+                      THEN j.errors || jsonb_build_array(jsonb_build_object(
+                               'attempt', j.attempts, 'at', now(), 'error', 'cancelled by ' || %(by)s::text,
+                               'by', %(by)s::text))
+                      ELSE j.errors END
+    FROM target t
+    WHERE j.id = t.id AND (j.status = 'queued' OR (j.status = 'running' AND j.cancelled_by IS NULL))
+    RETURNING j.id, j.kind, j.queue, j.status, j.locked_by
+), totals AS (
+    INSERT INTO jobsup.kind_totals AS t (kind, slot, cancelled)
+    SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*) FROM changed WHERE status = 'cancelled' GROUP BY kind
+    ON CONFLICT (kind, slot) DO UPDATE SET cancelled = t.cancelled + excluded.cancelled
+), told AS (
+    -- One NOTIFY for every running job; past 500 ids (the 8000-byte limit) it names none, and every
+    -- supervisor renews its leases at once, which returns the requests.
+    SELECT pg_notify('jobsup', json_build_object(
+               'cancel', CASE WHEN count(*) <= 500 THEN array_agg(id) END, 'by', %(by)s::text)::text)
+    FROM changed WHERE status = 'running'
+    HAVING count(*) > 0
+)
+SELECT id, kind, queue, status, locked_by, (SELECT count(*) FROM told) AS told FROM changed
+ORDER BY id
+
+-- name: queue_pause
+-- No row back when the queue was paused already.
+WITH paused AS (
+    INSERT INTO jobsup.queue_pauses (queue, paused_by) VALUES (%(queue)s, %(by)s)
+    ON CONFLICT (queue) DO NOTHING
+    RETURNING queue
+)
+SELECT queue, pg_notify('jobsup', json_build_object('queue', queue, 'paused', true)::text) FROM paused
+
+-- name: queue_resume
+WITH resumed AS (
+    DELETE FROM jobsup.queue_pauses WHERE queue = %(queue)s RETURNING queue
+)
+SELECT queue, pg_notify('jobsup', json_build_object('queue', queue, 'paused', false)::text) FROM resumed
+
+-- name: queue_pauses
+SELECT queue, paused_at, paused_by FROM jobsup.queue_pauses ORDER BY queue
+
+-- name: retry_now
+-- `jobsup retry`: a job waiting for its backoff (queued, run_at in the future, attempted before) is due
+-- now; the NOTIFY wakes the supervisors of its queue.
+WITH moved AS (
+    UPDATE jobsup.jobs j SET run_at = now()
+    WHERE j.id = ANY(%(ids)s::bigint[]) AND j.status = 'queued' AND j.attempts > 0 AND j.run_at > now()
+    RETURNING j.id, j.queue
+)
+SELECT id, pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text) FROM moved
+
+-- name: testing_queues
+-- jobsup.testing.drain with no queues given: every queue that has queued jobs.
+SELECT DISTINCT queue FROM jobsup.jobs WHERE status = 'queued' ORDER BY queue
+
+-- name: testing_due_now
+-- drain(with_scheduled=True): what waits (a retry, a snooze, a delayed job) is due now.
+UPDATE jobsup.jobs SET run_at = now()
+WHERE status = 'queued' AND run_at > now() AND queue = ANY(%(queues)s::text[])
+RETURNING id
+
+-- name: testing_enqueued
+-- jobsup.testing.enqueued: jobs of a kind (NULL: any) whose payload contains the given subset.
+SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, snoozes
+FROM jobsup.jobs
+WHERE (%(kind)s::text IS NULL OR kind = %(kind)s::text) AND payload @> %(subset)s::jsonb
+ORDER BY id

@@ -32,6 +32,7 @@ class Failure:
     attempt: int
     error: str
     traceback: str | None = None
+    delay: float | None = None  # seconds until the retry instead of the backoff (RetryAfter)
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,7 +226,7 @@ def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, b
     params = {
         "ids": [f.id for f in failures], "attempts": [f.attempt for f in failures],
         "errors": [f.error for f in failures], "tracebacks": [f.traceback for f in failures],
-        "locked_by": locked_by, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "jitter": jitter,
+        "delays": [f.delay for f in failures], "locked_by": locked_by, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "jitter": jitter,
     }
     return _Op("fail", params, lambda rows: [Outcome(*row) for row in rows])
 
@@ -260,8 +261,9 @@ async def arelease(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]
     return await _arun(conn, _release_op(jobs, locked_by, reasons))
 
 
-def _extend_op(jobs: Sequence[tuple[int, int]], locked_by: str, lease: float) -> _Op:
-    return _Op("extend", {**_held(jobs), "locked_by": locked_by, "lease": lease}, _ids)
+def _extend_op(jobs: Sequence[tuple[int, int]], locked_by: str, lease: float,
+               parse: Callable[[list[tuple]], Any] = _ids) -> _Op:
+    return _Op("extend", {**_held(jobs), "locked_by": locked_by, "lease": lease}, parse)
 
 
 def extend(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str, lease: float) -> list[int]:
@@ -272,6 +274,74 @@ def extend(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by:
 async def aextend(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
                   lease: float) -> list[int]:
     return await _arun(conn, _extend_op(jobs, locked_by, lease))
+
+
+def _renewal(rows: list[tuple]) -> tuple[list[int], dict[int, str]]:
+    return sorted(row[0] for row in rows), {row[0]: row[1] for row in rows if row[1] is not None}
+
+
+async def arenew(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
+                 lease: float) -> tuple[list[int], dict[int, str]]:
+    """aextend, and which of the renewed jobs an operator asked to cancel (id -> who): the same
+    statement, so the renewal is the backstop of the cancel's NOTIFY at no extra statement."""
+    return await _arun(conn, _extend_op(jobs, locked_by, lease, _renewal))
+
+
+# --- the handler's verbs: Snooze and Discard (RetryAfter is a Failure with a delay) -----------------
+
+
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    """A held job to queue again after `delay` seconds, its attempt given back (Snooze)."""
+
+    id: int
+    attempt: int
+    delay: float
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Cancel:
+    """A held job to record `cancelled`: a Discard (`reason`, by "handler"), or a worker stopped on an
+    operator's request (no reason: "cancelled by" whoever asked)."""
+
+    id: int
+    attempt: int
+    reason: str | None = None
+    traceback: str | None = None
+    by: str | None = None
+
+
+def _snooze_op(snoozed: Sequence[Snoozed], locked_by: str) -> _Op:
+    params = {"ids": [s.id for s in snoozed], "attempts": [s.attempt for s in snoozed],
+              "delays": [s.delay for s in snoozed], "reasons": [s.reason for s in snoozed],
+              "locked_by": locked_by}
+    return _Op("snooze", params, lambda rows: [Outcome(*row) for row in rows])
+
+
+def snooze(conn: psycopg.Connection, snoozed: Sequence[Snoozed], locked_by: str) -> list[Outcome]:
+    """Queue held jobs again after their delay, attempt given back, snooze counted (fenced)."""
+    return _run(conn, _snooze_op(snoozed, locked_by))
+
+
+async def asnooze(conn: psycopg.AsyncConnection, snoozed: Sequence[Snoozed], locked_by: str) -> list[Outcome]:
+    return await _arun(conn, _snooze_op(snoozed, locked_by))
+
+
+def _cancel_held_op(cancels: Sequence[Cancel], locked_by: str) -> _Op:
+    params = {"ids": [c.id for c in cancels], "attempts": [c.attempt for c in cancels],
+              "reasons": [c.reason for c in cancels], "tracebacks": [c.traceback for c in cancels],
+              "bys": [c.by for c in cancels], "locked_by": locked_by}
+    return _Op("cancel_held", params, _ids)
+
+
+def cancel_held(conn: psycopg.Connection, cancels: Sequence[Cancel], locked_by: str) -> list[int]:
+    """Record held jobs `cancelled` (fenced); the ids that were still ours."""
+    return _run(conn, _cancel_held_op(cancels, locked_by))
+
+
+async def acancel_held(conn: psycopg.AsyncConnection, cancels: Sequence[Cancel], locked_by: str) -> list[int]:
+    return await _arun(conn, _cancel_held_op(cancels, locked_by))
 
 
 def _reap_op(reaper: str, limit: int) -> _Op:

@@ -8,7 +8,7 @@ from rich.table import Table
 from .durations import format_age
 from .visibility import Snapshot
 
-_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
+_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead", "cancelled")
 
 
 def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
@@ -22,6 +22,14 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     total = snap.total
     kinds.add_row("total", *(f"{getattr(total, name):,}" for name in _COLUMNS), style="bold")
     console.print(kinds)
+
+    if snap.paused_queues:  # control: `jobsup pause`
+        paused = Table(title="paused queues (no supervisor claims from them)", title_justify="left")
+        for name in ("queue", "paused at", "by"):
+            paused.add_column(name)
+        for row in snap.paused_queues:
+            paused.add_row(row["queue"], row["paused_at"].strftime("%Y-%m-%d %H:%M:%S"), row["paused_by"] or "")
+        console.print(paused)
 
     oldest = Table(title="oldest ready job", title_justify="left")
     oldest.add_column("queue")

@@ -20,6 +20,9 @@ from .sql import STATEMENTS as SQL
 LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
 TOTAL_COLUMNS = ("done", "failed", "dead")  # read from the per-kind totals the supervisors keep
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
+# Jobs cancelled ever (control: `jobsup cancel`, a handler's Discard), from the per-kind totals too:
+# `jobsup stats` shows them; the console's table has COUNT_COLUMNS.
+STATS_COLUMNS = COUNT_COLUMNS + ("cancelled",)
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,7 @@ class KindCounts:
     done: int = 0  # ever
     failed: int = 0  # failed attempts, ever
     dead: int = 0  # dead now
+    cancelled: int = 0  # ever
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,7 @@ class Snapshot:
     dead_groups: list[dict[str, Any]]
     supervisors: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
+    paused_queues: list[dict[str, Any]] = field(default_factory=list)  # {queue, paused_at, paused_by}
 
     @property
     def total(self) -> KindCounts:
@@ -57,13 +62,14 @@ class Snapshot:
             "dead_groups": [_jsonable(row) for row in self.dead_groups],
             "supervisors": [_jsonable(row) for row in self.supervisors],
             "events": [_jsonable(row) for row in self.events],
+            "paused_queues": [_jsonable(row) for row in self.paused_queues],
         }
 
 
 def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
     """Each count column summed over `kinds`: the figures of a total row."""
     kinds = list(kinds)
-    return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
+    return {name: sum(getattr(k, name) for k in kinds) for name in STATS_COLUMNS}
 
 
 def counts_by_kind(live: Iterable[Mapping[str, Any]],
@@ -85,7 +91,10 @@ def counts_by_kind(live: Iterable[Mapping[str, Any]],
         for name in LIVE_COLUMNS:
             counts[name] = counts.get(name, 0) + row[name]
     for row in totals:
-        merged.setdefault(row["kind"], {}).update({name: row[name] for name in TOTAL_COLUMNS})
+        counts = merged.setdefault(row["kind"], {})
+        counts.update({name: row[name] for name in TOTAL_COLUMNS})
+        if row.get("cancelled"):
+            counts["cancelled"] = row["cancelled"]
     return merged
 
 
@@ -99,17 +108,18 @@ def _queries(dead_limit: int, event_limit: int) -> list[tuple[str, dict[str, Any
         ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
         ("dead_jobs", {"limit": dead_limit, "match": None}),
         ("dead_groups", {"limit": dead_limit, "match": None}),
-        ("supervisors", {}), ("recent_events", {"limit": event_limit}),
+        ("supervisors", {}), ("recent_events", {"limit": event_limit}), ("queue_pauses", {}),
     ]
 
 
 def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
-    live, totals, oldest, dead_jobs, dead_groups, supervisors, events = results
+    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused = results
     kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
         taken_at=datetime.now(timezone.utc), kinds=kinds,
         oldest_ready={row["queue"]: row["age"] for row in oldest},
         dead_jobs=dead_jobs, dead_groups=dead_groups, supervisors=supervisors, events=events,
+        paused_queues=paused,
     )
 
 

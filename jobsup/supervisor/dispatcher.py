@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import queue
 from ..job import Job
-from ..queue import ClaimKey, Failure
+from ..queue import Cancel, ClaimKey, Failure, Snoozed
 from ..sql import STATEMENTS as SQL
 from .config import Config
 from .keeper import Keeper, Worker
@@ -88,6 +88,12 @@ class Dispatcher:
         self.return_values: dict[int, str] = {}  # job id -> JSON text, for done jobs that returned one
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
+        self.snooze_buffer: list[Snoozed] = []  # control: Snooze
+        self.cancel_buffer: list[Cancel] = []  # control: Discard, and operators' cancels
+        self.cancelling: dict[int, str] = {}  # held jobs an operator asked to cancel -> who asked
+        self.paused: set[str] = set()  # our queues that are paused: left out of every claim
+        self.pause_notes = 0  # pause NOTIFYs heard: a heartbeat's older answer must not undo one
+        self.renew_wakeup = Wakeup()
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
         self.pokes = 0  # how many times `more` was set from outside the claim loop
         self.run_ats: list[float] = []  # heap of future run_at times we know of (epoch seconds)
@@ -112,7 +118,7 @@ class Dispatcher:
             self.claim_wakeup.set()
 
     def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None,
-                value: str | None = None) -> None:
+                value: str | None = None, verb: tuple | None = None) -> None:
         self.finished += 1
         took = asyncio.get_running_loop().time() - worker.job_started
         self.duration += RATE_SMOOTHING * (took - self.duration)
@@ -120,6 +126,8 @@ class Dispatcher:
             self.done_buffer.append(job)
             if value is not None:
                 self.return_values[job.id] = value
+        elif verb is not None:
+            self._verb(worker, job, error, tb, verb)
         else:
             self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
                            attempt=job.attempts, pid=worker.pid, error=error)
@@ -127,15 +135,104 @@ class Dispatcher:
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
+    def _verb(self, worker: Worker, job: Job, error: str, tb: str | None, verb: tuple) -> None:
+        """A handler's Snooze, RetryAfter or Discard (jobsup.outcomes). A cancel requested meanwhile
+        wins in the statements themselves: a snoozed or failed job with a request is cancelled."""
+        if verb[0] == "snooze":
+            self.log("job.snoozed", "debug", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
+                     delay=f"{verb[1]:g}s")
+            self.snooze_buffer.append(Snoozed(job.id, job.attempts, verb[1], error))
+        elif verb[0] == "retry":
+            self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
+                           attempt=job.attempts, pid=worker.pid, error=error)
+            self.fail_buffer.append(Failure(job.id, job.attempts, error, tb, delay=verb[1]))
+        else:  # discard
+            self.log("job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, error=error)
+            self.cancel_buffer.append(Cancel(job.id, job.attempts, error, tb, by="handler"))
+
     def lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
-        """The worker running `job` died, or was stopped for a timeout or a shutdown."""
-        if cause.startswith("interrupted"):
+        """The worker running `job` died, or was stopped for a timeout, a shutdown or a cancel."""
+        if job.id in self.cancelling:  # stopped on an operator's request (or died meanwhile): cancelled
+            self.cancel_buffer.append(Cancel(job.id, job.attempts, by=self.cancelling[job.id]))
+        elif cause.startswith("interrupted"):
             self.release_buffer.append((job, cause))  # a shutdown is not the job's fault
         else:
             self.fail_buffer.append(Failure(job.id, job.attempts, cause, None))
         self.release_buffer.extend((j, None) for j in unstarted)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
+
+    def control(self, payload: str) -> bool:
+        """True for a NOTIFY of a cancel ({"cancel": ids or null, "by": who}) or of a pause or resume
+        ({"queue": name, "paused": bool}), which it acts on; the insert notifications go to notified()."""
+        if '"cancel"' not in payload and '"paused"' not in payload:
+            return False
+        try:
+            note = json.loads(payload)
+        except ValueError:
+            return False
+        if not isinstance(note, dict):
+            return False
+        if "cancel" in note:
+            ids = note["cancel"]
+            if ids is None:  # too many to name: the renewal returns every request among our jobs
+                self.renew_wakeup.set()
+            else:
+                self.cancel_requested({i: str(note.get("by") or "?") for i in ids if isinstance(i, int)})
+            return True
+        if isinstance(note.get("queue"), str) and isinstance(note.get("paused"), bool):
+            self.pause_notes += 1
+            queue_name = note["queue"]
+            self.set_paused(self.paused | {queue_name} if note["paused"] else self.paused - {queue_name})
+            return True
+        return False
+
+    def cancel_requested(self, requests: Mapping[int, str]) -> None:
+        """Stop the held jobs an operator cancelled: a prefetched one is written `cancelled` at once;
+        a running one's worker is stopped (SIGTERM, SIGKILL after the kill grace, as for a timeout) and
+        replaced, and lost() writes it. One handed to a worker behind another, or already finished and
+        not yet written, ends as it ends (done stays done; a failure or snooze is written cancelled)."""
+        for job_id, by in requests.items():
+            job = self.held.get(job_id)
+            if job is None or job_id in self.cancelling:
+                continue
+            self.cancelling[job_id] = by
+            if any(j.id == job_id for j in self.prefetched):
+                self.prefetched = deque(j for j in self.prefetched if j.id != job_id)
+                self.cancel_buffer.append(Cancel(job.id, job.attempts, by=by))
+                self.flush_wakeup.set()
+                continue
+            for worker in self.keeper.all_processes():
+                if worker.job is not None and worker.job.id == job_id:
+                    self.log("job.cancelling", job=job.id, kind=job.kind, attempt=job.attempts,
+                             pid=worker.pid, by=by)
+                    if worker.stop_reason is None:  # one being stopped already (a timeout) is let be
+                        self.keeper.interrupt(worker, f"cancelled by {by}")
+                    break
+
+    def set_paused(self, paused: set[str]) -> None:
+        """The paused queues, from a NOTIFY or a heartbeat: claims leave them out at once; prefetched
+        jobs of a queue just paused go back unstarted (they could wait behind a long job); a queue just
+        resumed is claimed from its head."""
+        paused = paused & set(self.config.queues)
+        added, removed = paused - self.paused, self.paused - paused
+        self.paused = paused
+        if added:
+            self.log("queue.paused", queues=sorted(added))
+            back = [j for j in self.prefetched if j.queue in added]
+            if back:
+                self.prefetched = deque(j for j in self.prefetched if j.queue not in added)
+                self.release_buffer.extend((j, None) for j in back)
+                self.flush_wakeup.set()
+        if removed:
+            self.log("queue.resumed", queues=sorted(removed))
+            self.poke()
+
+    def paused_read(self, queues: Iterable[str], notes_before: int) -> None:
+        """The paused queues as a heartbeat read them; ignored if a pause NOTIFY came meanwhile (it is
+        at least as new)."""
+        if self.pause_notes == notes_before:
+            self.set_paused(set(queues))
 
     def notified(self, payload: str) -> None:
         """A NOTIFY of the insert trigger (or a release, reap or requeue)."""
@@ -196,7 +293,8 @@ class Dispatcher:
             threshold = 1
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, (self.config.procs + self.prefetch()) // 2)
-            if self.more and want >= threshold and self.keeper.ever_ready:
+            if self.more and want >= threshold and self.keeper.ever_ready \
+                    and not (self.paused and self.paused.issuperset(self.config.queues)):
                 pokes = self.pokes
                 keys = self.keys.for_claim()
                 keyed = bool(keys)
@@ -236,13 +334,16 @@ class Dispatcher:
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
                              count=len(released), ids=released)
+            # Paused queues are left out of the claim's list: no pause costs the claim nothing.
+            queues = self.config.queues if not self.paused else [q for q in self.config.queues
+                                                                  if q not in self.paused]
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
-                return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
+                return await queue.aclaim(conn, queues, want, self.id, self.config.lease, keys)
             # Through a transaction pooler there is no session to hold it: the claim's own
             # transaction sets it, sent in one pipeline with the claim.
             async with conn.pipeline(), conn.transaction():
                 await conn.execute(SQL["claim_without_flush_wait"])
-                return await queue.aclaim(conn, self.config.queues, want, self.id, self.config.lease, keys)
+                return await queue.aclaim(conn, queues, want, self.id, self.config.lease, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
@@ -254,7 +355,7 @@ class Dispatcher:
         kinds = self.keeper.kinds
         for job in jobs:
             self.held[job.id] = job
-            if self.stopping:
+            if self.stopping or (self.paused and job.queue in self.paused):  # paused while the claim ran
                 self.release_buffer.append((job, None))
             elif kinds is not None and job.kind not in kinds:
                 self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
@@ -283,7 +384,8 @@ class Dispatcher:
     # --- writing outcomes -------------------------------------------------------------------
 
     def buffered(self) -> int:
-        return len(self.done_buffer) + len(self.fail_buffer) + len(self.release_buffer)
+        return (len(self.done_buffer) + len(self.fail_buffer) + len(self.release_buffer)
+                + len(self.snooze_buffer) + len(self.cancel_buffer))
 
     async def flush_loop(self) -> None:
         while True:
@@ -299,6 +401,8 @@ class Dispatcher:
         done, self.done_buffer = self.done_buffer, []
         failures, self.fail_buffer = self.fail_buffer, []
         releases, self.release_buffer = self.release_buffer, []
+        snoozes, self.snooze_buffer = self.snooze_buffer, []
+        cancels, self.cancel_buffer = self.cancel_buffer, []
         try:
             if done:
                 await self._write_done(done, deadline)
@@ -309,10 +413,18 @@ class Dispatcher:
             if releases:
                 await self._write_releases(releases, deadline)
                 releases = []
+            if snoozes:
+                await self._write_snoozes(snoozes, deadline)
+                snoozes = []
+            if cancels:
+                await self._write_cancels(cancels, deadline)
+                cancels = []
         finally:
             self.done_buffer[:0] = done
             self.fail_buffer[:0] = failures
             self.release_buffer[:0] = releases
+            self.snooze_buffer[:0] = snoozes
+            self.cancel_buffer[:0] = cancels
 
     async def _write_done(self, done: list[Job], deadline: float | None) -> None:
         for chunk in _chunks(done):
@@ -358,11 +470,31 @@ class Dispatcher:
                              reason=reason)
             self._forget([j for j, _ in chunk], written, "released")
 
+    async def _write_snoozes(self, snoozes: list[Snoozed], deadline: float | None) -> None:
+        for chunk in _chunks(snoozes):
+            outcomes = await self.writes.run(lambda c: queue.asnooze(c, chunk, self.id), deadline=deadline)
+            for outcome in outcomes:
+                if outcome.status == "queued" and outcome.run_at is not None:
+                    self.note_run_at(outcome.run_at.timestamp())
+            self._forget([self.held[s.id] for s in chunk if s.id in self.held], [o.id for o in outcomes],
+                         "snoozed")
+
+    async def _write_cancels(self, cancels: list[Cancel], deadline: float | None) -> None:
+        for chunk in _chunks(cancels):
+            written = await self.writes.run(lambda c: queue.acancel_held(c, chunk, self.id), deadline=deadline)
+            for cancel in chunk:
+                job = self.held.get(cancel.id)
+                if cancel.id in written and job is not None and cancel.reason is None:
+                    self.log("job.cancelled", job=job.id, kind=job.kind, attempt=job.attempts, by=cancel.by)
+            self._forget([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
+
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)
         lost = [j.id for j in jobs if j.id not in kept]
         for job in jobs:
             self.held.pop(job.id, None)
+            if self.cancelling:
+                self.cancelling.pop(job.id, None)
         if lost:
             # Fenced out: the lease lapsed and the reaper (or another supervisor) has the job now.
             self.log("lease.lost", "warning", outcome=what, count=len(lost), ids=lost)
@@ -380,7 +512,7 @@ class Dispatcher:
         # A third of the lease: two renewals in a row may fail (a reconnect, a stall) before it lapses.
         interval = self.config.lease / 3
         while True:
-            await asyncio.sleep(interval)
+            await self.renew_wakeup.wait(interval)  # set: a cancel too large to name its jobs
             await self.renew()
 
     async def renew(self) -> None:
@@ -389,10 +521,14 @@ class Dispatcher:
             return
         pairs = [(j.id, j.attempts) for j in held]
         try:
-            renewed = set(await self.writes.run(lambda c: queue.aextend(c, pairs, self.id, self.config.lease),
-                                                deadline=asyncio.get_running_loop().time() + self.config.lease / 3))
+            ids, requests = await self.writes.run(
+                lambda c: queue.arenew(c, pairs, self.id, self.config.lease),
+                deadline=asyncio.get_running_loop().time() + self.config.lease / 3)
         except LOST:
             return  # the next round tries again
+        renewed = set(ids)
+        if requests:  # the backstop of a cancel's NOTIFY
+            self.cancel_requested(requests)
         # A job may have been written back while the renewal was in flight: only those still held count.
         lost = [j for j in held if j.id not in renewed and j.id in self.held]
         if lost:

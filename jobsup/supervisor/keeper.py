@@ -21,7 +21,7 @@ from ..job import Job
 from .config import Config
 from .log import EventLog
 from .wire import Reader, send
-from .worker import worker_main
+from .worker import job_fields, worker_main
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
 START_BACKOFF_FIRST = 0.5
@@ -93,7 +93,9 @@ class Slot:
     last_exit: str | None = None
 
 
-Outcome = Callable[[Worker, Job, str | None, str | None, str | None], None]
+# (worker, job, error or None, traceback, return value as JSON text or None, the handler's verb or None:
+# ("snooze", seconds), ("retry", seconds) or ("discard",), see jobsup.outcomes)
+Outcome = Callable[[Worker, Job, str | None, str | None, str | None, tuple | None], None]
 Lost = Callable[[Worker, Job, str, list[Job]], None]
 
 
@@ -102,7 +104,7 @@ class Keeper:
     config: Config
     log: EventLog
     on_ready: Callable[[Worker], None]
-    on_outcome: Outcome  # (worker, job, error or None, traceback, return value as JSON text or None)
+    on_outcome: Outcome
     on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
@@ -213,9 +215,9 @@ class Keeper:
             worker.jobs.popleft()
             worker.jobs_done += 1
             if tag == "failed":
-                self.on_outcome(worker, job, message[2], message[3], None)
+                self.on_outcome(worker, job, message[2], message[3], None, message[4] if len(message) > 4 else None)
             else:
-                self.on_outcome(worker, job, None, None, message[2] if len(message) > 2 else None)
+                self.on_outcome(worker, job, None, None, message[2] if len(message) > 2 else None, None)
             if worker.jobs:
                 worker.job_started = self.loop.time()  # type: ignore[union-attr]
                 worker.job_started_wall = time.time()
@@ -312,8 +314,7 @@ class Keeper:
         worker.job_started = self.loop.time()  # type: ignore[union-attr]
         worker.job_started_wall = time.time()
         try:
-            send(worker.inbox.fileno(), ("jobs", [(j.id, j.kind, j.payload, j.queue, j.attempts,
-                                                   j.max_attempts, j.priority) for j in jobs]))
+            send(worker.inbox.fileno(), ("jobs", [job_fields(j) for j in jobs]))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and the job counts as lost
 

@@ -78,9 +78,10 @@ class Supervisor:
         if self.dispatcher is not None:
             self.dispatcher.worker_ready(worker)
 
-    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None, value: str | None) -> None:
+    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None, value: str | None,
+                 verb: tuple | None) -> None:
         assert self.dispatcher is not None
-        self.dispatcher.outcome(worker, job, error, tb, value)
+        self.dispatcher.outcome(worker, job, error, tb, value, verb)
 
     def _lost(self, worker: Worker, job, cause: str, unstarted: list) -> None:
         assert self.dispatcher is not None
@@ -184,7 +185,7 @@ class Supervisor:
                 for run_at in await queue.aupcoming(conn, self.config.queues):
                     d.note_run_at(run_at)
                 async for note in conn.notifies():
-                    if not self.scheduler.notified(note.payload):
+                    if not d.control(note.payload) and not self.scheduler.notified(note.payload):
                         d.notified(note.payload)
             except LOST as exc:
                 link.drop(exc)
@@ -231,7 +232,14 @@ class Supervisor:
         params = {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
                   "queues": list(self.config.queues), "procs": self.config.procs, "state": state,
                   "workers": Jsonb(workers), "jobs_done": d.jobs_done if d else 0}
-        await self.links["house"].run(lambda c: c.execute(SQL["heartbeat"], params), deadline=deadline)
+        async def beat(conn: psycopg.AsyncConnection) -> list[str]:
+            cur = await conn.execute(SQL["heartbeat"], params)
+            return (await cur.fetchone())[0]  # type: ignore[index]
+
+        notes = d.pause_notes if d else 0
+        paused = await self.links["house"].run(beat, deadline=deadline)
+        if d is not None and state == "running":  # the backstop of the pause NOTIFYs
+            d.paused_read(paused, notes)
 
     async def _heartbeat_stopping(self, deadline: float) -> None:
         """While it shuts down, the supervisor's row says `stopping` and goes on beating (written by

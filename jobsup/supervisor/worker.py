@@ -2,7 +2,8 @@
 
 It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
 answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
-traceback); whatever kills it instead, the supervisor sees it go at once and records the failed attempt
+traceback), a failure that a handler's Snooze, RetryAfter or Discard decided ending with its verb:
+("snooze", seconds), ("retry", seconds) or ("discard",). Whatever kills it instead, the supervisor sees it go at once and records the failed attempt
 of the job it was running itself.
 """
 
@@ -90,9 +91,66 @@ def _load(app_target: str, django_settings: str):  # -> App
     return load_app(app_target)
 
 
+class Runner:
+    """Runs jobs of an app's handlers and says how each ended, as the message a worker answers with.
+    The worker uses it, and so does jobsup.testing.drain to run jobs in the test's own process."""
+
+    def __init__(self, app) -> None:  # app: jobsup.App
+        from ..outcomes import MAX_SNOOZES
+
+        self.app = app
+        self.handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
+        self.max_snoozes = {kind: MAX_SNOOZES if h.max_snoozes is None else h.max_snoozes
+                            for kind, h in app.handlers.items()}
+        self.default_max_snoozes = MAX_SNOOZES
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def _async_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:  # one loop for every async handler this runner runs
+            self._loop = asyncio.new_event_loop()
+        return self._loop
+
+    def run(self, job) -> tuple:  # job: jobsup.Job
+        from ..errors import NoHandler, ReturnValueError
+        from ..job import encoded_json
+        from ..outcomes import Discard, RetryAfter, Snooze
+
+        kind = job.kind
+        try:
+            if kind in self.handlers:
+                func, is_async = self.handlers[kind]
+            else:  # an app that finds kinds by name (Django's) imports it now, once per worker
+                handler = self.app.get(kind)
+                func, is_async = self.handlers[kind] = (handler.func, handler.is_async)
+            value = self._async_loop().run_until_complete(func(job)) if is_async else func(job)
+            if value is not None:
+                value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
+        except NoHandler as exc:
+            return ("failed", job.id, str(exc), None)
+        except Snooze as exc:
+            most = self.max_snoozes.get(kind, self.default_max_snoozes)
+            if job.snoozes >= most:  # a cap, so a job cannot snooze for ever unnoticed
+                return ("failed", job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may "
+                                          f"(max_snoozes={most})", None)
+            return ("failed", job.id, f"Snooze: {exc}", None, ("snooze", exc.seconds))
+        except RetryAfter as exc:
+            return ("failed", job.id, _describe(exc), traceback.format_exc(limit=30), ("retry", exc.seconds))
+        except Discard as exc:
+            return ("failed", job.id, _describe(exc), None, ("discard",))
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
+            return ("failed", job.id, _describe(exc), traceback.format_exc(limit=30))
+        return ("done", job.id) if value is None else ("done", job.id, value)
+
+
+def job_fields(job) -> tuple:
+    """What the supervisor sends a worker of each job: the fields of Job a handler sees."""
+    return (job.id, job.kind, job.payload, job.queue, job.attempts, job.max_attempts, job.priority,
+            job.snoozes, job.errors)
+
+
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
-    from ..errors import JobsupError, NoHandler, ReturnValueError
-    from ..job import Job, encoded_json
+    from ..errors import JobsupError
+    from ..job import Job
     from .wire import Reader, send
 
     fd = outbox.fileno()
@@ -107,13 +165,13 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         send(fd, ("fatal", f"importing {app_target or django_settings} failed: {_describe(exc)}"))
         sys.exit(3)
 
-    handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
+    runner = Runner(app)
+    handlers = runner.handlers
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
     # An app that finds handlers by name (Django's tasks, by module path) handles any kind: None says so,
     # and the supervisor sends every kind here instead of failing unknown ones itself.
     send(fd, ("ready", os.getpid(), None if app.finds_kinds else sorted(handlers), timeouts,
               list(app.schedules.values())))
-    loop = asyncio.new_event_loop()  # one loop for every async handler this worker runs
 
     while True:
         try:
@@ -124,21 +182,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
             return
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
-        for job_id, kind, payload, queue, attempts, max_attempts, priority in message[1]:
+        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors in message[1]:
             job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
-                      max_attempts=max_attempts, priority=priority)
-            try:
-                if kind in handlers:
-                    func, is_async = handlers[kind]
-                else:  # an app that finds kinds by name (Django's) imports it now, once per worker
-                    handler = app.get(kind)
-                    func, is_async = handlers[kind] = (handler.func, handler.is_async)
-                value = loop.run_until_complete(func(job)) if is_async else func(job)
-                if value is not None:
-                    value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
-            except NoHandler as exc:
-                send(fd, ("failed", job_id, str(exc), None))
-            except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
-                send(fd, ("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
-            else:
-                send(fd, ("done", job_id) if value is None else ("done", job_id, value))
+                      max_attempts=max_attempts, priority=priority, snoozes=snoozes, errors=errors or [])
+            send(fd, runner.run(job))

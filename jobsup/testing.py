@@ -1,0 +1,287 @@
+"""Helpers for testing your handlers without a supervisor: `drain` runs the due jobs of an app in the
+test's own process (or in real worker processes) against the test's database, through the statements
+the supervisor uses, so retries, snoozes, burial and cancels come out as in production; `enqueued` and
+`assert_enqueued` look at what a piece of code enqueued.
+
+    from jobsup.testing import assert_enqueued, drain
+
+    def test_signup_sends_a_welcome(conn):
+        signup(conn, "a@example.com")
+        assert_enqueued(conn, "email", to="a@example.com")
+        assert drain(app, conn).outcomes() == {1: "done"}
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from . import queue
+from .app import App, load_app
+from .errors import AppNotFound, BadInput, JobsupError
+from .job import Job
+from .queue import BACKOFF_BASE, BACKOFF_CAP, Cancel, Failure, Snoozed
+from .sql import STATEMENTS as SQL
+
+# What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
+# that runs longer than this could lose its job to a supervisor's reaper sharing the database.
+LEASE = 3600.0
+# A drain that has run this many jobs and still finds more due stops with an error rather than loop for
+# ever (a handler that always fails with with_scheduled=True dies after max_attempts, so this is a bug).
+MAX_RUNS = 10_000
+# With processes=True: a job's time limit when its handler sets none (jobsup start's --timeout), how
+# long a stopped worker gets between SIGTERM and SIGKILL, and how long a worker may take to start.
+TIMEOUT = 300.0
+KILL_GRACE = 2.0
+START_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class Ran:
+    """One run of a handler and what it made of its job: `done`, `failed` (queued for a retry), `dead`,
+    `snoozed` or `cancelled` (a Discard, or a cancel requested meanwhile)."""
+
+    id: int
+    kind: str
+    attempt: int
+    outcome: str
+    error: str | None = None
+    return_value: Any = None
+
+
+class Drained(list[Ran]):
+    """Every run of a drain, in order."""
+
+    def outcomes(self) -> dict[int, str]:
+        """Each job's last outcome, by id."""
+        return {ran.id: ran.outcome for ran in self}
+
+    def counts(self) -> Counter[str]:
+        """Runs by outcome."""
+        return Counter(ran.outcome for ran in self)
+
+
+def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None = None,
+          with_scheduled: bool = False, processes: bool = False, timeout: float = TIMEOUT,
+          max_runs: int = MAX_RUNS, backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
+          jitter: float = 0.0) -> Drained:
+    """Run due jobs of `queues` (default: every queue with queued jobs) until none is due; every run.
+
+    `app` is an App or its "module:attribute". Each job is claimed, run and its outcome written with the
+    supervisor's own statements (claim, complete, fail, snooze, cancel_held), so attempts, backoff,
+    burial and cancels follow the same rules; a kind the app has no handler for fails as it would there.
+    A retry or snooze waits for its time as in production: with `with_scheduled=True` every job waiting
+    (a retry, a snooze, a delayed job) is made due at once and run too, so a drain goes on until nothing
+    is queued at all. `processes=True` runs each job in a real worker process of jobsup's (spawned from
+    a fork server, with the app imported by name), so a crash of the handler's own or its `timeout`
+    (seconds, unless its handler sets one) fails that attempt as under the supervisor. `conn` may be in a
+    transaction of the test's; the drain's statements then run in it."""
+    if isinstance(app, str):
+        target, app = app, load_app(app)
+    else:
+        target = _target_of(app) if processes else ""
+    locked_by = f"jobsup.testing:{os.getpid()}"
+    runs = Drained()
+    runner: _Inline | _Processes = _Processes(target, timeout) if processes else _Inline(app)
+    try:
+        while True:
+            names = queues if queues is not None else [r[0] for r in conn.execute(SQL["testing_queues"])]
+            if with_scheduled and names:
+                conn.execute(SQL["testing_due_now"], {"queues": list(names)})
+            jobs = queue.claim(conn, names, 1, locked_by, LEASE) if names else []
+            if not jobs:
+                return runs
+            if len(runs) >= max_runs:
+                raise JobsupError(f"drain ran {max_runs} jobs and more are due (a job that snoozes or fails "
+                                  f"for ever?); pass max_runs= to allow more")
+            job = jobs[0]
+            message = runner.run(job._replace(errors=job.errors or []))
+            runs.append(_write(conn, job, message, locked_by, backoff_base, backoff_cap, jitter))
+    finally:
+        runner.close()
+
+
+def _write(conn: psycopg.Connection, job: Job, message: tuple, locked_by: str, backoff_base: float,
+           backoff_cap: float, jitter: float) -> Ran:
+    held = [(job.id, job.attempts)]
+    if message[0] == "done":
+        value = message[2] if len(message) > 2 else None
+        queue.complete(conn, held, locked_by, [value] if value is not None else None)
+        return Ran(job.id, job.kind, job.attempts, "done", None, json.loads(value) if value is not None else None)
+    _, _, error, tb, *rest = message
+    verb = rest[0] if rest else None
+    if verb is not None and verb[0] == "snooze":
+        [outcome] = queue.snooze(conn, [Snoozed(job.id, job.attempts, verb[1], error)], locked_by) or [None]
+        return Ran(job.id, job.kind, job.attempts, "snoozed" if outcome and outcome.status == "queued"
+                   else "cancelled", error)
+    if verb is not None and verb[0] == "discard":
+        queue.cancel_held(conn, [Cancel(job.id, job.attempts, error, tb, by="handler")], locked_by)
+        return Ran(job.id, job.kind, job.attempts, "cancelled", error)
+    delay = verb[1] if verb is not None else None  # RetryAfter
+    [outcome] = queue.fail(conn, [Failure(job.id, job.attempts, error, tb, delay=delay)], locked_by,
+                           backoff_base=backoff_base, backoff_cap=backoff_cap, jitter=jitter) or [None]
+    status = outcome.status if outcome is not None else "failed"
+    return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), error)
+
+
+def _target_of(app: App) -> str:
+    """The "module:attribute" a worker process imports `app` by."""
+    for name, module in list(sys.modules.items()):
+        if name == "__main__" or module is None:
+            continue
+        for attr, value in list(vars(module).items()):
+            if value is app and attr.isidentifier():
+                return f"{name}:{attr}"
+    raise BadInput("drain(processes=True) needs an app that a worker can import: a module-level App, "
+                   "or its 'module:attribute'")
+
+
+class _Inline:
+    def __init__(self, app: App) -> None:
+        from .supervisor.worker import Runner
+
+        self.runner = Runner(app)
+
+    def run(self, job: Job) -> tuple:
+        return self.runner.run(job)
+
+    def close(self) -> None:
+        pass
+
+
+class _Processes:
+    """One worker process of jobsup's at a time, replaced when it dies or is stopped for a timeout,
+    as the supervisor's keeper does (jobsup/supervisor/keeper.py)."""
+
+    def __init__(self, target: str, timeout: float) -> None:
+        self.target = target
+        self.timeout = timeout
+        self.ctx = multiprocessing.get_context("forkserver")
+        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
+        self.timeouts: dict[str, float] = {}
+        self.process = None
+        self._start()
+
+    def _start(self) -> None:
+        from .supervisor.wire import Reader
+        from .supervisor.worker import worker_main
+
+        their_inbox, self.inbox = self.ctx.Pipe(duplex=False)
+        self.outbox, their_outbox = self.ctx.Pipe(duplex=False)
+        self.process = self.ctx.Process(target=worker_main, name="jobsup-testing-worker",
+                                        args=(their_inbox, their_outbox, self.target, os.getpid(),
+                                              os.getcwd(), ""))
+        self.process.start()
+        their_inbox.close()
+        their_outbox.close()
+        self.reader = Reader(self.outbox.fileno())
+        self.pending: list[tuple] = []
+        message = self._next(START_TIMEOUT)
+        if not isinstance(message, tuple) or message[0] != "ready":
+            reason = message[1] if message is not None and message[0] == "fatal" else "the worker did not start"
+            self.close()
+            raise AppNotFound(reason)
+        self.timeouts = dict(message[3])
+
+    def _next(self, timeout: float) -> tuple | str:
+        """The worker's next message; "ended" if the worker is gone, "timeout" after `timeout` seconds
+        (it still runs then)."""
+        deadline = time.monotonic() + timeout
+        while not self.pending:
+            left = deadline - time.monotonic()
+            if left <= 0 or not wait([self.outbox, self.process.sentinel], left):  # type: ignore[union-attr]
+                return "timeout"
+            if self.outbox.poll():
+                messages = self.reader.read_available()
+                if messages is None:  # its end of the pipe closed: it is exiting
+                    self.process.join(START_TIMEOUT)  # type: ignore[union-attr]
+                    return "ended"
+                self.pending.extend(messages)
+            elif not self.process.is_alive():  # type: ignore[union-attr]
+                return "ended"
+        return self.pending.pop(0)
+
+    def run(self, job: Job) -> tuple:
+        from .supervisor.keeper import exit_cause
+        from .supervisor.wire import send
+        from .supervisor.worker import job_fields
+
+        send(self.inbox.fileno(), ("jobs", [job_fields(job)]))
+        limit = self.timeouts.get(job.kind, self.timeout)
+        message = self._next(limit)
+        if isinstance(message, tuple):
+            return message
+        process = self.process
+        if message == "timeout":
+            cause = f"timed out after {limit:g}s"
+            process.terminate()  # type: ignore[union-attr]
+            process.join(KILL_GRACE)  # type: ignore[union-attr]
+            if process.is_alive():  # type: ignore[union-attr]
+                os.kill(process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+        else:
+            cause = None
+        process.join(5)  # type: ignore[union-attr]
+        cause = cause or exit_cause(process.exitcode)  # type: ignore[union-attr]
+        self._close_pipes()
+        self._start()
+        return ("failed", job.id, cause, None)
+
+    def _close_pipes(self) -> None:
+        for end in (self.inbox, self.outbox):
+            try:
+                end.close()
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        from .supervisor.wire import send
+
+        if self.process is None:
+            return
+        try:
+            send(self.inbox.fileno(), ("stop",))
+        except (OSError, ValueError):
+            pass
+        self.process.join(5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(5)
+        self._close_pipes()
+        self.process = None
+
+
+def enqueued(conn: psycopg.Connection, kind: str | None = None, **payload_subset: Any) -> list[dict[str, Any]]:
+    """Jobs (any status) of `kind` (None: any) whose payload holds every key=value given, oldest first:
+    dicts of id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, snoozes."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(SQL["testing_enqueued"], {"kind": kind, "subset": json.dumps(payload_subset)})
+        return cur.fetchall()
+
+
+def assert_enqueued(conn: psycopg.Connection, kind: str | None = None, *, count: int | None = None,
+                    **payload_subset: Any) -> list[dict[str, Any]]:
+    """The jobs `enqueued` finds; an AssertionError listing what was enqueued when there are none (or
+    not `count` of them)."""
+    found = enqueued(conn, kind, **payload_subset)
+    if (count is None and found) or (count is not None and len(found) == count):
+        return found
+    wanted = " ".join([f"kind={kind!r}" if kind else "any kind"]
+                      + [f"{k}={v!r}" for k, v in payload_subset.items()])
+    everything = enqueued(conn)
+    lines = [f"  {j['id']} {j['kind']} queue={j['queue']} {j['status']} payload={json.dumps(j['payload'])}"
+             for j in everything[-20:]]
+    more = f"  (and {len(everything) - 20} earlier)\n" if len(everything) > 20 else ""
+    expected = "a job" if count is None else f"{count} job{'s' if count != 1 else ''}"
+    raise AssertionError(f"expected {expected} of {wanted}, found {len(found)}; enqueued were "
+                         f"{len(everything)}:\n" + more + ("\n".join(lines) if lines else "  (none)"))
