@@ -43,13 +43,13 @@ class JobAction:
         return asdict(self)
 
 
-def _existing(conn: psycopg.Connection, ids: Sequence[int]) -> dict[int, tuple]:
+def _missing(ids: Sequence[int], rows: list[tuple]) -> dict[int, tuple]:
     """The rows of `jobs_status` by id; BadInput naming the ids that do not exist."""
-    rows = {row[0]: row for row in conn.execute(SQL["jobs_status"], {"ids": list(ids)}).fetchall()}
-    missing = [i for i in dict.fromkeys(ids) if i not in rows]
+    found = {row[0]: row for row in rows}
+    missing = [i for i in dict.fromkeys(ids) if i not in found]
     if missing:
         raise BadInput(f"no job with id {', '.join(map(str, missing))}; nothing was changed")
-    return rows
+    return found
 
 
 def _name(value: str | None, what: str) -> str | None:
@@ -60,43 +60,62 @@ def _name(value: str | None, what: str) -> str | None:
     return value
 
 
+def _cancel_params(ids: Sequence[int] | None, kind: str | None, queue: str | None,
+                   by: str | None) -> dict[str, Any]:
+    if (ids is None) == (kind is None):
+        raise BadInput("cancel needs either --id N ... or --kind K (one of them)")
+    if queue is not None and kind is None:
+        raise BadInput("--queue narrows --kind; with --id the ids say which jobs")
+    return {"ids": list(ids) if ids is not None else None, "kind": _name(kind, "--kind"),
+            "queue": _name(queue, "--queue"), "by": by or operator()}
+
+
+def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobAction]:
+    actions = []
+    for job_id, job_kind, _queue, status, locked_by, _told in changed:
+        if status == "cancelled":  # only a queued job is cancelled by the statement itself
+            actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", "queued"))
+        else:
+            actions.append(JobAction(job_id, job_kind, "requested", status, status,
+                                     f"running under {locked_by}: its supervisor stops the worker"))
+    done = {row[0] for row in changed}
+    for job_id, (_, job_kind, status, _attempts, _waiting, _locked_by, cancelled_by) in before.items():
+        if job_id not in done:
+            note = f"cancel requested already by {cancelled_by}" if status == "running" else f"{status} already"
+            actions.append(JobAction(job_id, job_kind, "unchanged", status, status, note))
+    return sorted(actions, key=lambda a: a.id)
+
+
 def cancel(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: str | None = None,
            queue: str | None = None, by: str | None = None) -> list[JobAction]:
     """Cancel jobs by id, or every queued and running job of `kind` (in `queue`). Queued (and
     scheduled) jobs become `cancelled` at once; a running job's supervisor is told to stop it (it then
     records `cancelled`); finished jobs are reported and left as they are. An unknown id is BadInput,
     with nothing changed."""
-    if (ids is None) == (kind is None):
-        raise BadInput("cancel needs either --id N ... or --kind K (one of them)")
-    if queue is not None and kind is None:
-        raise BadInput("--queue narrows --kind; with --id the ids say which jobs")
-    kind, queue = _name(kind, "--kind"), _name(queue, "--queue")
-    by = by or operator()
+    params = _cancel_params(ids, kind, queue, by)
     with conn.transaction():
-        before = _existing(conn, ids) if ids is not None else {}
-        changed = conn.execute(SQL["cancel_jobs"], {"ids": list(ids) if ids is not None else None,
-                                                    "kind": kind, "queue": queue, "by": by}).fetchall()
-    done = {row[0]: row for row in changed}
-    actions = []
-    for job_id, job_kind, _queue, status, locked_by, _told in changed:
-        if status == "cancelled":
-            actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", "queued"))
-        else:
-            actions.append(JobAction(job_id, job_kind, "requested", status, status,
-                                     f"running under {locked_by}: its supervisor stops the worker"))
-    for job_id, (_, job_kind, status, _attempts, _waiting, locked_by, cancelled_by) in before.items():
-        if job_id in done:
-            continue
-        note = f"cancel requested already by {cancelled_by}" if status == "running" else f"{status} already"
-        actions.append(JobAction(job_id, job_kind, "unchanged", status, status, note))
-    return sorted(actions, key=lambda a: a.id)
+        before = _missing(ids, conn.execute(SQL["jobs_status"], {"ids": list(ids)}).fetchall()) if ids else {}
+        changed = conn.execute(SQL["cancel_jobs"], params).fetchall()
+    return _cancel_actions(before, changed)
+
+
+async def acancel(conn: psycopg.AsyncConnection, *, ids: Sequence[int] | None = None, kind: str | None = None,
+                  queue: str | None = None, by: str | None = None) -> list[JobAction]:
+    params = _cancel_params(ids, kind, queue, by)
+    async with conn.transaction():
+        before = {}
+        if ids:
+            cur = await conn.execute(SQL["jobs_status"], {"ids": list(ids)})
+            before = _missing(ids, await cur.fetchall())
+        changed = await (await conn.execute(SQL["cancel_jobs"], params)).fetchall()
+    return _cancel_actions(before, changed)
 
 
 def retry(conn: psycopg.Connection, ids: Sequence[int]) -> list[JobAction]:
     """Jobs waiting for their backoff (queued, run_at in the future, attempted before) are due now;
     the others are reported as they are. An unknown id is BadInput, with nothing changed."""
     with conn.transaction():
-        before = _existing(conn, ids)
+        before = _missing(ids, conn.execute(SQL["jobs_status"], {"ids": list(ids)}).fetchall())
         moved = {row[0] for row in conn.execute(SQL["retry_now"], {"ids": list(ids)}).fetchall()}
     actions = []
     for job_id, (_, kind, status, attempts, waiting, _locked_by, _by) in sorted(before.items()):
@@ -112,16 +131,29 @@ def retry(conn: psycopg.Connection, ids: Sequence[int]) -> list[JobAction]:
     return actions
 
 
+def _pause_op(queue: str, pausing: bool, by: str | None) -> tuple[str, dict[str, Any]]:
+    queue = _name(queue, "a queue name")  # type: ignore[assignment]
+    if pausing:
+        return "queue_pause", {"queue": queue, "by": by or operator()}
+    return "queue_resume", {"queue": queue}
+
+
 def pause(conn: psycopg.Connection, queue: str, by: str | None = None) -> bool:
     """Stop every supervisor claiming from `queue` (running jobs finish); False if it was paused."""
-    queue = _name(queue, "a queue name")  # type: ignore[assignment]
-    return bool(conn.execute(SQL["queue_pause"], {"queue": queue, "by": by or operator()}).fetchall())
+    name, params = _pause_op(queue, True, by)
+    return bool(conn.execute(SQL[name], params).fetchall())
 
 
 def resume(conn: psycopg.Connection, queue: str) -> bool:
     """Let the supervisors claim from `queue` again; False if it was not paused."""
-    queue = _name(queue, "a queue name")  # type: ignore[assignment]
-    return bool(conn.execute(SQL["queue_resume"], {"queue": queue}).fetchall())
+    name, params = _pause_op(queue, False, None)
+    return bool(conn.execute(SQL[name], params).fetchall())
+
+
+async def aset_paused(conn: psycopg.AsyncConnection, queue: str, paused: bool, by: str | None = None) -> bool:
+    """pause (`paused`) or resume, on an async connection; whether it changed anything."""
+    name, params = _pause_op(queue, paused, by)
+    return bool(await (await conn.execute(SQL[name], params)).fetchall())
 
 
 def paused_queues(conn: psycopg.Connection) -> list[str]:

@@ -18,11 +18,9 @@ from .sql import STATEMENTS as SQL
 
 
 LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
-TOTAL_COLUMNS = ("done", "failed", "dead")  # read from the per-kind totals the supervisors keep
+# Read from the per-kind totals the supervisors keep; cancelled: by `jobsup cancel` or a Discard.
+TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
-# Jobs cancelled ever (control: `jobsup cancel`, a handler's Discard), from the per-kind totals too:
-# `jobsup stats` shows them; the console's table has COUNT_COLUMNS.
-STATS_COLUMNS = COUNT_COLUMNS + ("cancelled",)
 
 
 @dataclass(frozen=True)
@@ -69,7 +67,7 @@ class Snapshot:
 def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
     """Each count column summed over `kinds`: the figures of a total row."""
     kinds = list(kinds)
-    return {name: sum(getattr(k, name) for k in kinds) for name in STATS_COLUMNS}
+    return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
 
 
 def counts_by_kind(live: Iterable[Mapping[str, Any]],
@@ -78,12 +76,13 @@ def counts_by_kind(live: Iterable[Mapping[str, Any]],
 
     >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
     ...         {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}]
-    >>> totals = [{"kind": "a", "done": 9, "failed": 1, "dead": 0}, {"kind": "b", "done": 4, "failed": 0, "dead": 2}]
+    >>> totals = [{"kind": "a", "done": 9, "failed": 1, "dead": 0, "cancelled": 0},
+    ...           {"kind": "b", "done": 4, "failed": 0, "dead": 2, "cancelled": 1}]
     >>> counts = counts_by_kind(live, totals)
     >>> counts["a"]
-    {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0}
+    {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0, 'cancelled': 0}
     >>> counts["b"]  # no live job: KindCounts' defaults stand for the rest
-    {'done': 4, 'failed': 0, 'dead': 2}
+    {'done': 4, 'failed': 0, 'dead': 2, 'cancelled': 1}
     """
     merged: dict[str, dict[str, int]] = {}
     for row in live:
@@ -91,10 +90,7 @@ def counts_by_kind(live: Iterable[Mapping[str, Any]],
         for name in LIVE_COLUMNS:
             counts[name] = counts.get(name, 0) + row[name]
     for row in totals:
-        counts = merged.setdefault(row["kind"], {})
-        counts.update({name: row[name] for name in TOTAL_COLUMNS})
-        if row.get("cancelled"):
-            counts["cancelled"] = row["cancelled"]
+        merged.setdefault(row["kind"], {}).update({name: row[name] for name in TOTAL_COLUMNS})
     return merged
 
 

@@ -38,12 +38,18 @@ KEYS: list[Binding] = [
     Binding("slash", "filter", "Filter", priority=True,
             tooltip="show only a kind or queue whose name contains the text"),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
+    # Control: in the footer only where they apply (the workers table, the queues table).
+    Binding("c", "cancel_job", "Cancel job…",
+            tooltip="cancel the selected worker's job: its worker is stopped and replaced (asks first)"),
+    Binding("P", "queue('pause')", "Pause queue…",
+            tooltip="pause the selected queue: no supervisor claims from it (asks first)"),
+    Binding("U", "queue('resume')", "Resume queue…", tooltip="resume the selected queue (asks first)"),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
     Binding("q", "quit", "Quit", tooltip="quit"),
-    # In --read-only mode r and R fall through to this one, which says why nothing happens.
-    Binding("r,R", "refuse", show=False),
+    # In --read-only mode r, R, c, P and U fall through to this one, which says why nothing happens.
+    Binding("r,R,c,P,U", "refuse", show=False),
     # The tab bar shows these keys, so the footer does not repeat them.
     *(Binding(p.TAB.key, f"show_tab({p.TAB.id!r})", p.TAB.title, show=False,
               tooltip=f"{p.TAB.title} tab: {p.TAB.description}") for p in TABS),
@@ -53,7 +59,9 @@ OTHER_KEYS = [("Tab ⇧Tab", "the next / previous panel, through every tab"),
               ("↑ ↓ PgUp PgDn", "move in a panel"),
               ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
               ("Enter", "open the selected job (dead jobs, busy workers)"), ("Ctrl+P", "command palette")]
-WRITES = {"requeue", "requeue_scope"}
+WRITES = {"requeue", "requeue_scope", "cancel_job", "queue"}
+# The table each control key acts on: elsewhere the key is hidden from the footer and does nothing.
+CONTROL_TABLES = {"cancel_job": "workers", "queue": "queues"}
 
 
 class FiguresReady(Message):
@@ -357,7 +365,15 @@ class TopApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in WRITES:
-            return not self.read_only
+            if self.read_only:
+                return False
+            focused = self._focused_table()
+            here = focused.id if focused is not None else None
+            if action in CONTROL_TABLES:
+                return here == CONTROL_TABLES[action]
+            # Requeueing has nothing to take in the tables of the control keys: off there, which leaves
+            # the footer room for those keys at 80 columns.
+            return here not in CONTROL_TABLES.values()
         if action == "refuse":
             return self.read_only
         if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
@@ -365,7 +381,7 @@ class TopApp(App[None]):
         return True
 
     def action_refuse(self) -> None:
-        self.notify("this console is read-only (--read-only): nothing was requeued", severity="warning")
+        self.notify("this console is read-only (--read-only): nothing was changed", severity="warning")
 
     def _focused_table(self) -> DataTable | None:
         return self.focused if isinstance(self.focused, DataTable) else None
@@ -425,6 +441,53 @@ class TopApp(App[None]):
                         "unique key is live again", title="requeue", severity="warning")
         self.refresh_now()
 
+    def action_cancel_job(self) -> None:
+        table = self._focused_table()
+        job_id = worker_job(selected_key(table)) if table is not None and table.id == "workers" else None
+        if job_id is None:
+            self.notify("select a busy worker first (3: the Workers tab): c cancels the job it runs",
+                        severity="warning")
+            return
+        self.run_worker(self._cancel(job_id), name="cancel", exit_on_error=False)
+
+    async def _cancel(self, job_id: int) -> None:
+        from .schedules import ConfirmSchedule
+
+        yes = await self.push_screen_wait(ConfirmSchedule(
+            f"Cancel job {job_id}?",
+            "Its worker is stopped (SIGTERM, then SIGKILL after the kill grace) and replaced; the job is "
+            "recorded cancelled and never retried. A job that finishes first stays as it ended.",
+            "Yes, cancel"))
+        if not yes:
+            self.notify("nothing was cancelled")
+            return
+        done = await self.source.cancel(job_id)
+        said = {"requested": "cancel requested: its supervisor stops the worker", "cancelled": "cancelled"}
+        self.notify(f"job {job_id} ({done.kind}): {said.get(done.action, 'not changed: ' + done.note)}",
+                    title="cancel", severity="information" if done.action != "unchanged" else "warning")
+        self.refresh_now()
+
+    def action_queue(self, action: str) -> None:
+        table = self._focused_table()
+        name = selected_key(table) if table is not None and table.id == "queues" else None
+        if name is None:
+            self.notify("select a queue first (1: the Jobs tab, its queues table)", severity="warning")
+            return
+        self.run_worker(self._queue(action, name), name="queue", exit_on_error=False)
+
+    async def _queue(self, action: str, name: str) -> None:
+        from .schedules import ConfirmSchedule
+
+        question = {"pause": (f"Pause queue {name}?", "No supervisor claims from it until it is resumed; "
+                              "running jobs finish, claimed ones not yet started go back.", "Yes, pause"),
+                    "resume": (f"Resume queue {name}?", "Every supervisor of the queue claims from it again.",
+                               "Yes, resume")}[action]
+        if not await self.push_screen_wait(ConfirmSchedule(*question)):
+            self.notify("nothing was changed")
+            return
+        self.notify(await self.source.queue_action(action, name), title="queue")
+        self.refresh_now()
+
     def action_filter(self) -> None:
         box = self.main.query_one(FilterInput)
         if not isinstance(self.focused, Input):
@@ -476,7 +539,7 @@ class TopApp(App[None]):
 
     def key_help(self) -> list[tuple[str, str]]:
         keys = [(self.get_key_display(b), b.tooltip) for b in KEYS
-                if b.tooltip and not (self.read_only and b.action in WRITES)]
+                if b.tooltip and not (self.read_only and b.action.partition("(")[0] in WRITES)]
         return keys + OTHER_KEYS
 
     @on(DataTable.RowSelected)
@@ -505,6 +568,12 @@ class TopApp(App[None]):
                                 "jobs table", self.action_requeue)
             yield SystemCommand("Requeue dead jobs of the selection…", "R: the selected kind or error group, "
                                 "or all; asks first", self.action_requeue_scope)
+            yield SystemCommand("Cancel the selected worker's job…", "c: in the workers table; asks first",
+                                self.action_cancel_job)
+            yield SystemCommand("Pause the selected queue…", "P: in the queues table; asks first",
+                                lambda: self.action_queue("pause"))
+            yield SystemCommand("Resume the selected queue…", "U: in the queues table; asks first",
+                                lambda: self.action_queue("resume"))
         yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
         yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
         yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)

@@ -41,6 +41,7 @@ class QueueRow:
     running: int = 0
     oldest: float | None = None  # age in seconds of the oldest ready job
     kinds: tuple[str, ...] = ()
+    paused: bool = False  # `jobsup pause`: no supervisor claims from it
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,8 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
           oldest: Sequence[Mapping[str, Any]], dead_jobs: Sequence[Mapping[str, Any]],
           dead_groups: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]],
           passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
-          minutes: int = REAPER_MINUTES, match: str | None = None, health: str | None = None) -> Figures:
+          minutes: int = REAPER_MINUTES, match: str | None = None, health: str | None = None,
+          paused: Sequence[Mapping[str, Any]] = ()) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which)."""
     kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
@@ -176,6 +178,8 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
             q[name] = q.get(name, 0) + row[name]
     for row in oldest:
         queues.setdefault(row["queue"], {"kinds": set()})["oldest"] = row["age"]
+    for row in paused:  # a paused queue has a row even with no live job
+        queues.setdefault(row["queue"], {"kinds": set()})["paused"] = True
     return Figures(
         now=now,
         kinds=tuple(KindRow(kind, **counts, queues=tuple(sorted(kind_queues.get(kind, ()))))

@@ -215,7 +215,8 @@ class QueuesPanel(Panel):
             if not fig.matches(view.match, q.queue, *q.kinds):
                 continue
             late = q.oldest is not None and q.oldest > view.warn_age
-            rows.append((q.queue, [left(q.queue), right(fig.count(q.ready)), right(fig.count(q.scheduled)),
+            name = Text.assemble(q.queue, (" paused", view.warning)) if q.paused else left(q.queue)
+            rows.append((q.queue, [name, right(fig.count(q.ready)), right(fig.count(q.scheduled)),
                                    right(fig.count(q.running)),
                                    right(fig.age(q.oldest), view.warning if late else "")]))
         fill(self.query_one(Table), rows)

@@ -20,6 +20,7 @@ from .. import cron, dsn as dsns
 from ..errors import DatabaseUnavailable, JobsupError, first_line
 from ..doctor import Thresholds
 from ..health import health_line
+from ..control import JobAction, acancel, aset_paused
 from ..queue import arequeue_dead
 from ..sql import STATEMENTS as SQL
 from . import figures as fig
@@ -63,6 +64,7 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         ("console_reaper_passes", {"limit": PASS_LIMIT}),
         ("console_reaped_per_minute", {"minutes": minutes}),
         ("health", {}),  # reads the server's state through functions, no table (jobsup/health.py)
+        ("queue_pauses", {}),  # the paused queues (control): a handful of rows at most
     ]
 
 
@@ -159,11 +161,11 @@ class Source:
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
             ((clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute,
-             (health,)) = results
+             (health,), paused) = results
             return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
                              dead_groups=dead_groups, supervisors=supervisors, passes=passes,
                              per_minute=per_minute, minutes=self.minutes, match=match or None,
-                             health=health_line(health, self.thresholds))
+                             health=health_line(health, self.thresholds), paused=paused)
 
         return await self._run(work)
 
@@ -185,6 +187,29 @@ class Source:
 
         async def work(conn: psycopg.AsyncConnection) -> list[int]:
             return await arequeue_dead(conn, ids=list(ids), kind=kind)
+
+        return await self._run(work)
+
+    async def cancel(self, job_id: int) -> JobAction:
+        """Cancel one job (control: a running one's supervisor stops its worker); what was done."""
+        if self.read_only:
+            raise ReadOnly(f"read-only console: job {job_id} was not cancelled (started with --read-only)")
+
+        async def work(conn: psycopg.AsyncConnection) -> JobAction:
+            return (await acancel(conn, ids=[job_id]))[0]
+
+        return await self._run(work)
+
+    async def queue_action(self, action: str, queue: str) -> str:
+        """`pause` or `resume` a queue on every supervisor; what was done, in words."""
+        if self.read_only:
+            raise ReadOnly(f"read-only console: nothing was done to queue {queue} (started with --read-only)")
+
+        async def work(conn: psycopg.AsyncConnection) -> str:
+            done = "paused" if action == "pause" else "resumed"
+            if await aset_paused(conn, queue, action == "pause"):
+                return f"{done} queue {queue}"
+            return f"queue {queue} was {'paused already' if action == 'pause' else 'not paused'}"
 
         return await self._run(work)
 
