@@ -255,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                         '{"enqueued": N, "skipped": N, "seconds": S}')
     p.set_defaults(run=cmd_enqueue)
 
-    p = sub.add_parser("stats", parents=[db], help="counts by status and kind, oldest ready job, dead jobs")
+    p = sub.add_parser("stats", parents=[db], help="counts by status and kind, latency and run time per kind, "
+                       "oldest ready job, dead jobs,"
+                       " expiring leases, attempts")
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     p.add_argument("--dead", type=_positive_int, default=10, metavar="N", help="dead jobs to list (default 10)")
     p.set_defaults(run=cmd_stats)

@@ -54,6 +54,7 @@ class Job(NamedTuple):
     priority: int = 0
     run_at: datetime | None = None
     created_at: datetime | None = None
+    started_at: datetime | None = None  # when this attempt was claimed: its queue latency is started_at - run_at
 
 
 class EncodedPayload(str):

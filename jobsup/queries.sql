@@ -103,7 +103,8 @@ SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
 FROM picked
 WHERE j.id = picked.id
 -- The columns of jobsup.job.Job, in its order.
-RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at
+RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at,
+          j.started_at
 
 -- name: complete
 -- `j.id = ANY(ids)` bounds every plan by the ids given: whatever the statistics say (a supervisor's
@@ -851,3 +852,42 @@ WHERE host = %(host)s AND id <> %(id)s AND heartbeat_at < now() - make_interval(
 DELETE FROM jobsup.supervisors
 WHERE id = ANY(%(ids)s) AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
 RETURNING id
+
+-- latency (issue 10): queue latency and run time per kind per minute, jobsup/latency.py
+
+-- name: latency_merge
+-- Adds one supervisor's histograms (one element per non-empty bucket of a kind and metric) to the
+-- rows of the current minute. Rows are inserted in (kind, metric) order, so two supervisors merging at
+-- once lock them in the same order and never deadlock.
+WITH given AS (
+    SELECT kind, metric, array_agg(bucket ORDER BY bucket) AS buckets, array_agg(count ORDER BY bucket) AS counts
+    FROM unnest(%(kinds)s::text[], %(metrics)s::text[], %(buckets)s::int[], %(counts)s::bigint[])
+         AS g(kind, metric, bucket, count)
+    GROUP BY kind, metric
+)
+INSERT INTO jobsup.latency AS t (minute, kind, metric, buckets, counts)
+SELECT date_trunc('minute', now()), kind, metric, buckets, counts FROM given ORDER BY kind, metric
+ON CONFLICT (minute, kind, metric) DO UPDATE
+SET (buckets, counts) = (
+    SELECT array_agg(b ORDER BY b), array_agg(c ORDER BY b)
+    FROM (SELECT b, sum(c)::bigint AS c
+          FROM (SELECT * FROM unnest(t.buckets, t.counts)
+                UNION ALL SELECT * FROM unnest(excluded.buckets, excluded.counts)) AS u(b, c)
+          GROUP BY b) AS m)
+
+-- name: latency_read
+-- The last hour's histograms summed per kind, metric and bucket, for each window of latency.WINDOWS
+-- (the current minute and the N before it) and for the five minutes before the last one (`before_1m`,
+-- what "rising" compares with). At most 61 rows per kind and metric, whatever the jobs table holds.
+SELECT kind, metric, bucket,
+       coalesce(sum(count) FILTER (WHERE minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint AS last_1m,
+       coalesce(sum(count) FILTER (WHERE minute >= date_trunc('minute', now()) - interval '5 minutes'), 0)::bigint AS last_5m,
+       sum(count)::bigint AS last_60m,
+       coalesce(sum(count) FILTER (WHERE minute < date_trunc('minute', now()) - interval '1 minute'
+                                    AND minute >= date_trunc('minute', now()) - interval '6 minutes'), 0)::bigint AS before_1m
+FROM jobsup.latency, unnest(buckets, counts) AS u(bucket, count)
+WHERE minute >= date_trunc('minute', now()) - interval '60 minutes'
+GROUP BY kind, metric, bucket
+
+-- name: latency_trim
+DELETE FROM jobsup.latency WHERE minute < now() - make_interval(mins => %(keep_minutes)s::int)
