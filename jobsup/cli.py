@@ -222,7 +222,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 # --- the parser ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, cron_cli, doctor_cli, retention_cli
+    from . import bench, check_cli, cron_cli, doctor_cli, exporter_cli, retention_cli
     from .monitor import cli as monitor_cli
     from .supervisor import cli as supervisor_cli
 
@@ -280,6 +280,9 @@ def build_parser() -> argparse.ArgumentParser:
     doctor_cli.configure(sub.add_parser("doctor", parents=[db], help="check the database's health; exit 1 on a problem"))
     cron_cli.configure(sub.add_parser("cron", parents=[db], help="schedules: list, run, pause, resume"))
     bench.configure(sub.add_parser("bench", parents=[db], help="measure jobsup on this database"))
+    check_cli.configure(sub.add_parser("check", parents=[db], help="alert checks: oldest ready job, dead jobs, "
+                                       "reaping; exit 1 when a threshold is crossed"))
+    exporter_cli.configure(sub.add_parser("metrics", parents=[db], help="serve the queue-wide gauges for Prometheus"))
     return parser
 
 
