@@ -1,9 +1,10 @@
 """Queue latency and run time per kind: fixed log-spaced histograms, one per kind per minute.
 
 The supervisor sees every job's claim and finish, so it counts both figures into histograms as it goes
-(`Recorder`) and adds them to the minute's row of `jobsup.latency` with its outcome writes, at most once a
-second and in the same round trip (dispatcher.py). Every supervisor adds to the same rows, so reading
-merges them all; reading sums at most 61 rows per kind and figure, whatever the jobs table holds.
+(`Recorder`) and adds them to the current 1-minute and 10-minute rows of `jobsup.latency` with its
+outcome writes, at most once a second and in the same round trip (dispatcher.py). Every supervisor adds
+to the same rows, so reading merges them all; reading sums 14 rows per kind and figure (seven of each
+period), whatever the jobs table holds.
 
 - queue latency: started_at - run_at, both the database's clock: how long a ready job waited for a worker;
 - run time: from handing the job to a worker to hearing its outcome, the supervisor's clock.
@@ -24,6 +25,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from .durations import format_age
 from .sql import STATEMENTS as SQL
 
 # Upper bounds of one decade's buckets, in hundredths of its unit: 1.05 to 2 by 0.05, to 5 by 0.1,
@@ -39,13 +41,15 @@ _LOWEST = 10.0 ** LOWEST_DECADE
 _HIGHEST = 10.0 ** (LOWEST_DECADE + DECADES)
 
 METRICS = ("queue_latency", "run_time")
-WINDOWS = (1, 5, 60)  # minutes read back: the current minute and the N whole minutes before it
+# Minutes read back. The 1- and 5-minute windows are the current minute and the N whole minutes before
+# it; the hour is the current 10 minutes and the six periods of 10 before them (60 to 70 minutes).
+WINDOWS = (1, 5, 60)
 # The figures are added to the database at most this often per supervisor (seconds): a few rows a
 # second whatever the rate of jobs.
 WRITE_EVERY = 1.0
-# Minutes of rows kept: the longest window, the minute before it and some slack. Older rows are
-# deleted by the pruner duty of every supervisor (a few rows per minute and kind).
-KEEP_MINUTES = 120
+# Each row is kept this many of its periods: 12 minutes of 1-minute rows, 2 hours of 10-minute rows,
+# beyond what any window reads. Older rows are deleted by the pruner duty of every supervisor.
+KEEP_PERIODS = 12
 # A kind's latency is rising when its p95 of the last minute passes the p95 of the five minutes before
 # by half again plus this much (seconds): a backlog building, not noise on a fast queue.
 RISING_MARGIN = 0.05
@@ -202,6 +206,23 @@ class Recorder:
         return max(0.0, self.written_at + WRITE_EVERY - now)
 
 
+def format_seconds(seconds: float | None) -> str:
+    """A percentile as the tables show it.
+
+    >>> [format_seconds(s) for s in (None, 0.0123, 0.25, 4.2, 75.0)]
+    ['-', '12.3ms', '250ms', '4.20s', '1m15s']
+    """
+    if seconds is None:
+        return "-"
+    if seconds < 0.1:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    return format_age(seconds)
+
+
 # --- reading ------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -249,16 +270,17 @@ def rising(now: Histogram, before: Histogram) -> bool:
     return p_now > p_before * RISING_FACTOR + RISING_MARGIN
 
 
+# The windows (and "before", what rising compares with) each part of latency_read counts in.
+_PARTS = {1: (1, 5), 5: (5, "before"), 6: ("before",), 60: (60,)}
+
+
 def summarize(rows: Iterable[Mapping[str, Any]]) -> list[KindLatency]:
-    """Per kind figures from the rows of `latency_read` (one per kind, metric and bucket)."""
-    columns = {w: f"last_{w}m" for w in WINDOWS}
+    """Per kind figures from the rows of `latency_read` (one per kind, metric, bucket and part)."""
     hists: dict[str, dict[str, dict[Any, Histogram]]] = {}
     for row in rows:
         windows = hists.setdefault(row["kind"], {m: {} for m in METRICS}).setdefault(row["metric"], {})
-        for key, column in [*columns.items(), ("before", "before_1m")]:
-            n = row[column]
-            if n:
-                windows.setdefault(key, Histogram()).add([row["bucket"]], [n])
+        for key in _PARTS[row["part"]]:
+            windows.setdefault(key, Histogram()).add([row["bucket"]], [row["count"]])
     out = []
     for kind in sorted(hists):
         by_metric = hists[kind]

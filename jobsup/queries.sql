@@ -857,7 +857,7 @@ RETURNING id
 
 -- name: latency_merge
 -- Adds one supervisor's histograms (one element per non-empty bucket of a kind and metric) to the
--- rows of the current minute. Rows are inserted in (kind, metric) order, so two supervisors merging at
+-- current 1-minute and 10-minute rows. Rows are inserted in key order, so two supervisors merging at
 -- once lock them in the same order and never deadlock.
 WITH given AS (
     SELECT kind, metric, array_agg(bucket ORDER BY bucket) AS buckets, array_agg(count ORDER BY bucket) AS counts
@@ -865,9 +865,12 @@ WITH given AS (
          AS g(kind, metric, bucket, count)
     GROUP BY kind, metric
 )
-INSERT INTO jobsup.latency AS t (minute, kind, metric, buckets, counts)
-SELECT date_trunc('minute', now()), kind, metric, buckets, counts FROM given ORDER BY kind, metric
-ON CONFLICT (minute, kind, metric) DO UPDATE
+INSERT INTO jobsup.latency AS t (period, minute, kind, metric, buckets, counts)
+SELECT p.period, date_bin(make_interval(mins => p.period), now(), TIMESTAMPTZ '2000-01-01 00:00:00+00'),
+       kind, metric, buckets, counts
+FROM given CROSS JOIN (VALUES (1::smallint), (10::smallint)) AS p(period)
+ORDER BY p.period, kind, metric
+ON CONFLICT (period, minute, kind, metric) DO UPDATE
 SET (buckets, counts) = (
     SELECT array_agg(b ORDER BY b), array_agg(c ORDER BY b)
     FROM (SELECT b, sum(c)::bigint AS c
@@ -876,21 +879,28 @@ SET (buckets, counts) = (
           GROUP BY b) AS m)
 
 -- name: latency_read
--- The last hour's histograms summed per kind, metric and bucket, for each window of latency.WINDOWS
--- (the current minute and the N before it) and for the five minutes before the last one (`before_1m`,
--- what "rising" compares with). At most 61 rows per kind and metric, whatever the jobs table holds.
-SELECT kind, metric, bucket,
-       coalesce(sum(count) FILTER (WHERE minute >= date_trunc('minute', now()) - interval '1 minute'), 0)::bigint AS last_1m,
-       coalesce(sum(count) FILTER (WHERE minute >= date_trunc('minute', now()) - interval '5 minutes'), 0)::bigint AS last_5m,
-       sum(count)::bigint AS last_60m,
-       coalesce(sum(count) FILTER (WHERE minute < date_trunc('minute', now()) - interval '1 minute'
-                                    AND minute >= date_trunc('minute', now()) - interval '6 minutes'), 0)::bigint AS before_1m
-FROM jobsup.latency, unnest(buckets, counts) AS u(bucket, count)
-WHERE minute >= date_trunc('minute', now()) - interval '60 minutes'
-GROUP BY kind, metric, bucket
+-- Counts per kind, metric and bucket in four parts (latency.summarize adds them up into windows):
+--   1: the current minute and the one before (the 1-minute window);
+--   5: the 4 minutes before those (with part 1, the 5-minute window);
+--   6: the minute before those (with part 5, the five minutes before the last: what "rising" compares with);
+--   60: the current 10 minutes and the 6 periods of 10 before (the hour's window).
+-- 14 rows per kind and metric, whatever the jobs table holds.
+SELECT kind, metric, bucket, part, sum(count)::bigint AS count
+FROM (SELECT kind, metric, buckets, counts,
+             CASE WHEN period = 10 THEN 60
+                  WHEN minute >= date_trunc('minute', now()) - interval '1 minute' THEN 1
+                  WHEN minute >= date_trunc('minute', now()) - interval '5 minutes' THEN 5
+                  ELSE 6 END AS part
+      FROM jobsup.latency
+      WHERE (period = 1 AND minute >= date_trunc('minute', now()) - interval '6 minutes')
+         OR (period = 10 AND minute >= date_bin('10 minutes', now(), TIMESTAMPTZ '2000-01-01 00:00:00+00')
+                                       - interval '60 minutes')) AS r,
+     unnest(buckets, counts) AS u(bucket, count)
+GROUP BY kind, metric, bucket, part
 
 -- name: latency_trim
-DELETE FROM jobsup.latency WHERE minute < now() - make_interval(mins => %(keep_minutes)s::int)
+-- Each period's rows are kept for %(keep_periods)s periods: minutes of 1-minute rows, hours of 10-minute ones.
+DELETE FROM jobsup.latency WHERE minute < now() - make_interval(mins => period * %(keep_periods)s::int)
 
 -- alerts (issue 10): jobsup check (jobsup/check.py) and the jobsup metrics exporter (jobsup/exporter.py)
 

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .durations import format_age
-from .latency import WINDOWS
+from .latency import WINDOWS, format_seconds as ms
 from .visibility import Snapshot
 
 _COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead")
@@ -44,23 +44,6 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
 
     print_latency(snap, console)
     print_leases_and_attempts(snap, console)
-
-
-def ms(seconds: float | None) -> str:
-    """A percentile as the tables show it.
-
-    >>> [ms(None), ms(0.0123), ms(0.25), ms(4.2), ms(75.0)]
-    ['-', '12.3ms', '250ms', '4.20s', '1m15s']
-    """
-    if seconds is None:
-        return "-"
-    if seconds < 0.1:
-        return f"{seconds * 1000:.1f}ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    return format_age(seconds)
 
 
 def print_latency(snap: Snapshot, console: Console) -> None:

@@ -74,9 +74,9 @@ def test_metrics_counters_equal_the_final_statuses(conn, start):
     assert samples(metrics, "jobsup_run_time_seconds_count", kind="boom") == 10
     assert samples(metrics, "jobsup_queue_latency_seconds_count", kind="sleep10") == 10
     ten_ms = samples(metrics, "jobsup_run_time_seconds_bucket", kind="sleep10", le="0.01")
-    twenty_five = samples(metrics, "jobsup_run_time_seconds_bucket", kind="sleep10", le="0.025")
-    assert ten_ms == 0 and twenty_five == 10  # a 10 ms sleep takes 10 ms and a little
-    assert 0.1 <= samples(metrics, "jobsup_run_time_seconds_sum", kind="sleep10") < 0.25
+    everything = samples(metrics, "jobsup_run_time_seconds_bucket", kind="sleep10", le="+Inf")
+    assert ten_ms == 0 and everything == 10  # a 10 ms sleep takes 10 ms and a little, never less
+    assert 0.1 <= samples(metrics, "jobsup_run_time_seconds_sum", kind="sleep10") < 1.0
     assert samples(metrics, "jobsup_claims_total") >= 1
     assert samples(metrics, "jobsup_claimed_jobs_total") == 50 + 4 + 3 + 3
     assert samples(metrics, "jobsup_outcome_writes_total") >= 2

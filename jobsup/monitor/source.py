@@ -34,6 +34,7 @@ MAX_BACKOFF = 5.0
 DEAD_LIMIT = 50  # rows of the dead-jobs table
 GROUP_LIMIT = 50  # rows of the dead-groups table
 PASS_LIMIT = 20  # reaper passes listed
+LEASE_LIMIT = 20  # running jobs listed by how soon their lease expires
 
 
 class ReadOnly(JobsupError):
@@ -63,6 +64,11 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         ("console_reaper_passes", {"limit": PASS_LIMIT}),
         ("console_reaped_per_minute", {"minutes": minutes}),
         ("health", {}),  # reads the server's state through functions, no table (jobsup/health.py)
+        # The latency tab: at most 61 rows per kind of jobsup.latency, the running jobs' index, and the
+        # partial indexes of live and dead jobs.
+        ("latency_read", {}),
+        ("expiring_leases", {"limit": LEASE_LIMIT}),
+        ("attempts_histogram", {}),
     ]
 
 
@@ -159,11 +165,12 @@ class Source:
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
             ((clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute,
-             (health,)) = results
+             (health,), latency, leases, attempts) = results
             return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
                              dead_groups=dead_groups, supervisors=supervisors, passes=passes,
                              per_minute=per_minute, minutes=self.minutes, match=match or None,
-                             health=health_line(health, self.thresholds))
+                             health=health_line(health, self.thresholds),
+                             latency=latency, leases=leases, attempts=attempts)
 
         return await self._run(work)
 
