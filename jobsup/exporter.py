@@ -9,7 +9,9 @@ and dead jobs, never the finished ones.
 
 from __future__ import annotations
 
+import errno
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -31,7 +33,7 @@ class QueueCollector:
         self.dsn = dsn
         self.conn: psycopg.Connection | None = None
         self.lock = threading.Lock()  # the HTTP server may answer two scrapes at once
-        self.last_error: str | None = None
+        self.last_error: str | None = None  # while the database does not answer
 
     def _rows(self) -> tuple[list[dict], list[dict], list[dict]]:
         if self.conn is None or self.conn.closed:
@@ -51,11 +53,19 @@ class QueueCollector:
         try:
             with self.lock:
                 live, dead, oldest = self._rows()
+            if self.last_error is not None:
+                print("jobsup metrics: the database answers again", file=sys.stderr, flush=True)
             self.last_error = None
-        except (psycopg.Error, Exception) as exc:  # a scrape reports the outage instead of failing
-            if self.conn is not None:
-                self.conn.close()
-            self.conn = None
+        except Exception as exc:  # psycopg's, or DatabaseUnavailable: the scrape reports the outage
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+            if self.last_error is None:  # once per outage, not once per scrape
+                print(f"jobsup metrics: the database did not answer: {dsns.redact(first_line(exc))}",
+                      file=sys.stderr, flush=True)
             self.last_error = first_line(exc)
             up.add_metric([], 0)
             yield up
@@ -93,7 +103,7 @@ def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) 
     try:
         server, thread = start_http_server(port, addr=host, registry=registry)
     except OSError as exc:
-        what = "the port is in use" if exc.errno == 98 else exc.strerror
+        what = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
         raise BadInput(f"--port {port}: {what} on {host}") from None
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
