@@ -169,6 +169,9 @@ def metrics_pair(dsn: str, procs: int, number: int) -> dict[str, float]:
             "noop_ratio": with_["noop_jobs_per_s"] / without["noop_jobs_per_s"],
             "sleep_1ms_ratio": with_["sleep_1ms_jobs_per_s"] / without["sleep_1ms_jobs_per_s"],
             "pickup_p50_without_ms": without["pickup_p50_ms"], "pickup_p50_with_ms": with_["pickup_p50_ms"],
+            # The supervisor's CPU per no-op job: less swayed than throughput by what else the machine runs.
+            "cpu_per_job_ratio": (with_["supervisor_cpu_of_one_core"] / with_["noop_jobs_per_s"])
+            / (without["supervisor_cpu_of_one_core"] / without["noop_jobs_per_s"]),
             "scrapes": float(len(scrapes))}
 
 
@@ -201,7 +204,8 @@ def main() -> int:
                   f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
             print(f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, with {medians['noop_with_metrics']:,.0f}: "
                   f"ratio {medians['noop_ratio']:.3f} (1 ms jobs: {medians['sleep_1ms_ratio']:.3f}); pickup p50 "
-                  f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms")
+                  f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms; "
+                  f"supervisor CPU per no-op job, with / without: {medians['cpu_per_job_ratio']:.3f}")
             report.update(metrics_runs=runs, metrics=medians)
         if "drain" in only and depths:
             drain.prepare(dsn)

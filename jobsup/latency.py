@@ -148,28 +148,35 @@ class Histogram:
         return out
 
 
+class _Pending:
+    """One (kind, metric)'s counts since the last write, and the sum of their seconds."""
+
+    __slots__ = ("counts", "sum")
+
+    def __init__(self) -> None:
+        self.counts: dict[int, int] = {}
+        self.sum = 0.0
+
+
 class Recorder:
     """What a supervisor counted since its last write, per (kind, metric); and, when `keep_totals`,
-    everything since it started (the Prometheus histograms of --metrics-port)."""
+    everything since it started (the Prometheus histograms of --metrics-port). A job costs the same
+    either way: what is written is folded into the totals once a second, and a scrape adds what is
+    still pending."""
 
     def __init__(self, *, keep_totals: bool = False) -> None:
-        self.pending: dict[tuple[str, str], dict[int, int]] = {}
+        self.pending: dict[tuple[str, str], _Pending] = {}
         self.totals: dict[tuple[str, str], Histogram] | None = {} if keep_totals else None
         self.written_at = -math.inf  # loop clock of the last write
 
     def record(self, kind: str, metric: str, seconds: float) -> None:
-        i = bucket(seconds)
-        counts = self.pending.get((kind, metric))
-        if counts is None:
-            counts = self.pending[(kind, metric)] = {}
+        pending = self.pending.get((kind, metric))
+        if pending is None:
+            pending = self.pending[(kind, metric)] = _Pending()
+        counts = pending.counts
+        i = bisect_left(_BOUNDS, seconds)
         counts[i] = counts.get(i, 0) + 1
-        if self.totals is not None:
-            total = self.totals.get((kind, metric))
-            if total is None:
-                total = self.totals[(kind, metric)] = Histogram()
-            total.counts[i] = total.counts.get(i, 0) + 1
-            total.total += 1
-            total.sum += seconds
+        pending.sum += seconds
 
     def take(self, now: float, *, force: bool = False) -> dict[str, list] | None:
         """The parameters of `latency_merge` for what is pending, if a write is due (or `force`d);
@@ -177,15 +184,36 @@ class Recorder:
         if not self.pending or (not force and now - self.written_at < WRITE_EVERY):
             return None
         params: dict[str, list] = {"kinds": [], "metrics": [], "buckets": [], "counts": []}
-        for (kind, metric), counts in sorted(self.pending.items()):
-            for i, n in counts.items():
+        for (kind, metric), pending in sorted(self.pending.items()):
+            for i, n in pending.counts.items():
                 params["kinds"].append(kind)
                 params["metrics"].append(metric)
                 params["buckets"].append(i)
                 params["counts"].append(n)
+        if self.totals is not None:
+            for key, pending in self.pending.items():
+                total = self.totals.setdefault(key, Histogram())
+                total.add(pending.counts, pending.counts.values())
+                total.sum += pending.sum
         self.pending = {}
         self.written_at = now
         return params
+
+    def histograms(self) -> dict[tuple[str, str], Histogram]:
+        """Everything recorded since the start, per (kind, metric): the totals and what is pending."""
+        out = {}
+        for key in sorted({*(self.totals or {}), *self.pending}):
+            h = Histogram()
+            total = (self.totals or {}).get(key)
+            if total is not None:
+                h.add(total.counts, total.counts.values())
+                h.sum = total.sum
+            pending = self.pending.get(key)
+            if pending is not None:
+                h.add(pending.counts, pending.counts.values())
+                h.sum += pending.sum
+            out[key] = h
+        return out
 
     def due_in(self, now: float) -> float | None:
         """Seconds until pending figures are due, or None when nothing is pending."""

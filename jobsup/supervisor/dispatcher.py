@@ -426,10 +426,17 @@ class Dispatcher:
         return result
 
     def _tally_written(self, jobs: list[Job], written: list[int], outcome: str) -> None:
-        kept = set(written)
-        for job in jobs:
-            if job.id in kept:
-                self.tally.outcome(job.kind, outcome)  # type: ignore[union-attr]
+        kinds: dict[str, int] = {}
+        if len(written) == len(jobs):  # as nearly always: no write was fenced out
+            for job in jobs:
+                kinds[job.kind] = kinds.get(job.kind, 0) + 1
+        else:
+            kept = set(written)
+            for job in jobs:
+                if job.id in kept:
+                    kinds[job.kind] = kinds.get(job.kind, 0) + 1
+        for kind, count in kinds.items():
+            self.tally.outcome(kind, outcome, count)  # type: ignore[union-attr]
 
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)

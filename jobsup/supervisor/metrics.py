@@ -92,7 +92,7 @@ class _Collector:
                                    ("queue_latency", "jobsup_queue_latency_seconds", "Queue latency of finished "
                                     "attempts: started_at - run_at")):
             family = HistogramMetricFamily(name, text, labels=["kind"])
-            for (kind, m), h in sorted((d.latency.totals or {}).items()):
+            for (kind, m), h in d.latency.histograms().items():
                 if m == metric:
                     _histogram(family, [kind], h)
             yield family
@@ -115,18 +115,15 @@ class _Collector:
         yield rss
         yield CounterMetricFamily("jobsup_jobs_reaped", "Jobs this supervisor's reaper returned to the "
                                   "queue or buried (their lease had expired)", value=tally.reaped)
-        yield CounterMetricFamily("jobsup_claims", "Claim statements", value=tally.claims)
         yield CounterMetricFamily("jobsup_claimed_jobs", "Jobs the claim statements took", value=tally.claimed)
-        claim = HistogramMetricFamily("jobsup_claim_duration_seconds", "Time of a claim statement, round trip "
-                                      "included")
-        _histogram(claim, [], tally.claim_seconds)
-        yield claim
-        yield CounterMetricFamily("jobsup_outcome_writes", "Outcome statements (done, failed, released)",
-                                  value=tally.writes)
-        write = HistogramMetricFamily("jobsup_outcome_write_duration_seconds", "Time of an outcome "
-                                      "statement, round trip included")
-        _histogram(write, [], tally.write_seconds)
-        yield write
+        for name, what, count, seconds in (
+                ("claim", "Claim statements", tally.claims, tally.claim_seconds),
+                ("outcome_write", "Outcome statements (done, failed, released)", tally.writes, tally.write_seconds)):
+            yield CounterMetricFamily(f"jobsup_{name}s", what, value=count)
+            took = HistogramMetricFamily(f"jobsup_{name}_duration_seconds",
+                                         f"{what}: the time of each, round trip included")
+            _histogram(took, [], seconds)
+            yield took
         yield CounterMetricFamily("jobsup_notify_wakeups", "NOTIFYs that woke the claim loop",
                                   value=tally.wakeups)
         reconnects = CounterMetricFamily("jobsup_db_reconnects", "Connections to the database opened again "
