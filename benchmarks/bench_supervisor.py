@@ -1,7 +1,7 @@
 """The supervisor benchmark: `jobsup start --procs 8` on a real PostgreSQL, beside plain SQL.
 
     .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
-        [--only basic,drain] [--depths 20000,200000,1000000] [--drain-runs N]
+        [--only basic,drain,metrics] [--depths 20000,200000,1000000] [--drain-runs N]
 
 Each run measures, through one supervisor started with default flags (jobsup/benchmark.py, the code
 `jobsup bench` runs too):
@@ -14,6 +14,10 @@ Each run measures, through one supervisor started with default flags (jobsup/ben
   - RSS per worker, as the supervisor's heartbeat reports it.
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
 queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
+
+`--only metrics` (issue 10) runs the same measurements in pairs, one supervisor without --metrics-port
+and one with it, scraped every second over HTTP meanwhile (Prometheus scrapes every 15 s by default),
+alternating in each run, and prints the ratio of their no-op throughput.
 """
 
 from __future__ import annotations
@@ -129,9 +133,52 @@ def run_all(one_run, count: int) -> tuple[list[dict[str, float]], dict[str, floa
     return runs, {key: statistics.median(run[key] for run in runs) for key in runs[0]}
 
 
+def metrics_pair(dsn: str, procs: int, number: int) -> dict[str, float]:
+    """One run without --metrics-port and one with it (and a scrape a second), in alternating order."""
+    import socket
+    import threading
+    import urllib.request
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    stop = threading.Event()
+    scrapes = []
+
+    def scrape() -> None:
+        while not stop.wait(1.0):
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                    scrapes.append(len(response.read()))
+            except OSError:
+                pass  # the supervisor is starting or gone
+
+    figures = {}
+    for with_metrics in ((False, True) if number % 2 else (True, False)):
+        args: tuple[str, ...] = ("--metrics-port", str(port), "--metrics-host", "127.0.0.1") if with_metrics else ()
+        scraper = threading.Thread(target=scrape, daemon=True) if with_metrics else None
+        if scraper:
+            scraper.start()
+        run = benchmark.one_run(dsn, procs, start_args=args, connect=lambda d: psycopg.connect(d, autocommit=True))
+        if scraper:
+            stop.set()
+            scraper.join()
+        figures[with_metrics] = run
+    without, with_ = figures[False], figures[True]
+    return {"noop_without_metrics": without["noop_jobs_per_s"], "noop_with_metrics": with_["noop_jobs_per_s"],
+            "noop_ratio": with_["noop_jobs_per_s"] / without["noop_jobs_per_s"],
+            "sleep_1ms_ratio": with_["sleep_1ms_jobs_per_s"] / without["sleep_1ms_jobs_per_s"],
+            "pickup_p50_without_ms": without["pickup_p50_ms"], "pickup_p50_with_ms": with_["pickup_p50_ms"],
+            # The supervisor's CPU per no-op job: less swayed than throughput by what else the machine runs.
+            "cpu_per_job_ratio": (with_["supervisor_cpu_of_one_core"] / with_["noop_jobs_per_s"])
+            / (without["supervisor_cpu_of_one_core"] / without["noop_jobs_per_s"]),
+            "scrapes": float(len(scrapes))}
+
+
 def main() -> int:
     parser = bench_parser(__doc__, 3)
-    parser.add_argument("--only", default="basic,drain", help="comma-separated subset of basic,drain")
+    parser.add_argument("--only", default="basic,drain",
+                        help="comma-separated subset of basic,drain,metrics (default basic,drain)")
     parser.add_argument("--depths", default="20000,200000",
                         help="backlog depths of the drain runs (default 20000,200000; the issue's are "
                              "20000,200000,1000000); the first is the baseline of the ratios")
@@ -151,6 +198,15 @@ def main() -> int:
             for key, label, fmt, target in ROWS:
                 print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
             report.update(runs=runs, median=medians)
+        if "metrics" in only:
+            runs, medians = run_all(lambda number: metrics_pair(dsn, args.procs, number), args.runs)
+            print(f"\n--metrics-port against none, median of {args.runs} paired runs "
+                  f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+            print(f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, with {medians['noop_with_metrics']:,.0f}: "
+                  f"ratio {medians['noop_ratio']:.3f} (1 ms jobs: {medians['sleep_1ms_ratio']:.3f}); pickup p50 "
+                  f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms; "
+                  f"supervisor CPU per no-op job, with / without: {medians['cpu_per_job_ratio']:.3f}")
+            report.update(metrics_runs=runs, metrics=medians)
         if "drain" in only and depths:
             drain.prepare(dsn)
             drain_runs = []

@@ -6,8 +6,11 @@ Without --dsn it starts its own embedded PostgreSQL in a short temporary directo
 socket lives there, and its path must stay under ~100 bytes) and stops and removes it at the end. It
 fills the jobs table with --done finished jobs (generate_series, with matching per-kind totals) beside a
 realistic live part: ready, scheduled and running jobs, dead jobs, two supervisors with workers and some
-reaper events. Then it times --refreshes refreshes of the console's Source, twice: right after the load,
-before any ANALYZE (a table that just grew), and after VACUUM ANALYZE.
+reaper events, and full latency histograms (issue 10: 5 kinds, both metrics, 40 buckets each, every
+row the pruner keeps). Then it times --refreshes refreshes of the console's Source, twice: right after the
+load, before any ANALYZE (a table that just grew), and after VACUUM ANALYZE. The latency statement is
+also timed alone before the finished jobs are loaded and after: reading percentiles costs the same
+with a million finished jobs as with none.
 
 Two figures per refresh:
   wall      what the console waits: one pipelined round trip over the Unix socket plus building the figures
@@ -82,6 +85,28 @@ def load(conn: psycopg.Connection, done: int) -> None:
         FROM generate_series(1, 1000) AS i""")
 
 
+def load_latency(conn: psycopg.Connection) -> None:
+    """As many rows as the pruner keeps (12 periods of 1 and of 10 minutes) for each kind and metric,
+    each with 40 buckets, more than most kinds fill."""
+    conn.execute("""
+        INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts)
+        SELECT p, date_bin(make_interval(mins => p), now(), TIMESTAMPTZ '2000-01-01 00:00:00+00')
+                  - m * p * interval '1 minute', k, metric,
+               ARRAY(SELECT 180 + 2 * b FROM generate_series(0, 39) AS b),
+               ARRAY(SELECT (1 + mod(b * 7 + m, 50))::bigint FROM generate_series(0, 39) AS b)
+        FROM generate_series(0, 11) AS m, unnest(ARRAY[1, 10]) AS p, unnest(%s::text[]) AS k,
+             unnest(ARRAY['queue_latency', 'run_time']) AS metric""", (list(KINDS),))
+
+
+def statement_ms(conn: psycopg.Connection, name: str, runs: int) -> float:
+    """The median server time (planning and execution) of one statement."""
+    times = []
+    for _ in range(runs):
+        plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + SQL[name]).fetchone()[0]
+        times.append(plan[0]["Planning Time"] + plan[0]["Execution Time"])
+    return statistics.median(times)
+
+
 def database_ms(conn: psycopg.Connection) -> float:
     """The server's execution time of one refresh's statements, summed."""
     total = 0.0
@@ -128,8 +153,13 @@ def main(argv: list[str] | None = None) -> int:
             if conn.execute("SELECT EXISTS (SELECT 1 FROM jobsup.jobs)").fetchone()[0]:
                 print("the database already holds jobs: give an empty scratch database", file=sys.stderr)
                 return 1
+            load_latency(conn)
+            empty = statement_ms(conn, "latency_read", args.refreshes)
             started = time.perf_counter()
             load(conn, args.done)
+            full = statement_ms(conn, "latency_read", args.refreshes)
+            print(f"latency_read ({len(KINDS)} kinds, 40 buckets each): {empty:.2f} ms with no finished "
+                  f"job, {full:.2f} ms with {args.done:,} (medians of {args.refreshes})")
             print(f"loaded {args.done:,} done jobs and a live part in {time.perf_counter() - started:.1f}s; "
                   "one refresh of jobsup top costs:")
         first = measure(dsn, args.refreshes, "just loaded, no ANALYZE")

@@ -222,7 +222,7 @@ def cmd_db(args: argparse.Namespace) -> int:
 # --- the parser ----------------------------------------------------------------------------------------
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import bench, control_cli, cron_cli, doctor_cli, retention_cli
+    from . import bench, check_cli, control_cli, cron_cli, doctor_cli, exporter_cli, retention_cli
     from .monitor import cli as monitor_cli
     from .supervisor import cli as supervisor_cli
 
@@ -255,7 +255,9 @@ def build_parser() -> argparse.ArgumentParser:
                         '{"enqueued": N, "skipped": N, "seconds": S}')
     p.set_defaults(run=cmd_enqueue)
 
-    p = sub.add_parser("stats", parents=[db], help="counts by status and kind, oldest ready job, dead jobs")
+    p = sub.add_parser("stats", parents=[db], help="counts by status and kind, latency and run time per kind, "
+                       "oldest ready job, dead jobs,"
+                       " expiring leases, attempts")
     p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
     p.add_argument("--dead", type=_positive_int, default=10, metavar="N", help="dead jobs to list (default 10)")
     p.set_defaults(run=cmd_stats)
@@ -279,6 +281,9 @@ def build_parser() -> argparse.ArgumentParser:
     cron_cli.configure(sub.add_parser("cron", parents=[db], help="schedules: list, run, pause, resume"))
     bench.configure(sub.add_parser("bench", parents=[db], help="measure jobsup on this database"))
     control_cli.configure(sub, db)  # cancel, pause, resume, retry
+    check_cli.configure(sub.add_parser("check", parents=[db], help="alert checks: oldest ready job, dead jobs, "
+                                       "reaping; exit 1 when a threshold is crossed"))
+    exporter_cli.configure(sub.add_parser("metrics", parents=[db], help="serve the queue-wide gauges for Prometheus"))
     return parser
 
 

@@ -59,6 +59,7 @@ class Job(NamedTuple):
     # The job's earlier entries of `errors` (failed, interrupted, snoozed attempts), oldest first:
     # {attempt, at, error, traceback, by, snooze}. A handler sees a list, empty on a first run.
     errors: list[dict[str, Any]] | None = None
+    started_at: datetime | None = None  # when this attempt was claimed: its queue latency is started_at - run_at
 
 
 class EncodedPayload(str):

@@ -6,6 +6,7 @@ from rich.console import Console
 from rich.table import Table
 
 from .durations import format_age
+from .latency import WINDOWS, format_seconds as ms
 from .visibility import Snapshot
 
 _COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead", "cancelled")
@@ -48,3 +49,48 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
         dead.add_row(str(row["id"]), row["kind"], f"{row['attempts']}/{row['max_attempts']}", died,
                      (row["last_error"] or "").splitlines()[0][:100] if row["last_error"] else "")
     console.print(dead)
+
+    print_latency(snap, console)
+    print_leases_and_attempts(snap, console)
+
+
+def print_latency(snap: Snapshot, console: Console) -> None:
+    for window in WINDOWS:
+        table = Table(title=f"latency and run time, last {window}m", title_justify="left")
+        table.add_column("kind")
+        table.add_column("jobs", justify="right")
+        for name in ("latency p50", "p95", "p99", "run time p50", "p95", "p99"):
+            table.add_column(name, justify="right")
+        for k in snap.latency:
+            lat, run = k.get("queue_latency", window), k.get("run_time", window)
+            if not run.count and not lat.count:
+                continue
+            mark = " ↑ rising" if k.rising and window == WINDOWS[0] else ""
+            table.add_row(k.kind + mark, f"{run.count:,}", ms(lat.p50), ms(lat.p95), ms(lat.p99),
+                          ms(run.p50), ms(run.p95), ms(run.p99))
+        if not table.row_count:
+            table.add_row("(no job finished)", *["-"] * 7)
+        console.print(table)
+
+
+def print_leases_and_attempts(snap: Snapshot, console: Console) -> None:
+    leases = Table(title="leases expiring soonest", title_justify="left")
+    for name in ("id", "kind", "attempts", "held by", "expires in"):
+        leases.add_column(name, justify="right" if name in ("id", "attempts", "expires in") else "left")
+    for row in snap.expiring_leases:
+        remaining = row["remaining"]
+        left = "expired" if remaining is not None and remaining < 0 else format_age(remaining)
+        leases.add_row(str(row["id"]), row["kind"], str(row["attempts"]), row["locked_by"] or "-", left)
+    if not snap.expiring_leases:
+        leases.add_row("(no running job)", "", "", "", "")
+    console.print(leases)
+
+    attempts = Table(title="attempts, live and dead jobs", title_justify="left")
+    attempts.add_column("status")
+    attempts.add_column("attempts", justify="right")
+    attempts.add_column("jobs", justify="right")
+    for row in snap.attempts:
+        attempts.add_row(row["status"], str(row["attempts"]), f"{row['count']:,}")
+    if not snap.attempts:
+        attempts.add_row("(no live or dead job)", "", "")
+    console.print(attempts)

@@ -14,6 +14,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
+from .latency import KindLatency, summarize
 from .sql import STATEMENTS as SQL
 
 
@@ -45,6 +46,9 @@ class Snapshot:
     supervisors: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
     paused_queues: list[dict[str, Any]] = field(default_factory=list)  # {queue, paused_at, paused_by}
+    latency: list[KindLatency] = field(default_factory=list)  # per kind, from jobsup.latency
+    expiring_leases: list[dict[str, Any]] = field(default_factory=list)  # running jobs, soonest first
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # (status, attempts, count) of live and dead
 
     @property
     def total(self) -> KindCounts:
@@ -61,6 +65,9 @@ class Snapshot:
             "supervisors": [_jsonable(row) for row in self.supervisors],
             "events": [_jsonable(row) for row in self.events],
             "paused_queues": [_jsonable(row) for row in self.paused_queues],
+            "latency": [k.to_json() for k in self.latency],
+            "expiring_leases": [_jsonable(row) for row in self.expiring_leases],
+            "attempts": [_jsonable(row) for row in self.attempts],
         }
 
 
@@ -99,23 +106,25 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 
 
 # (statement, parameters) of one snapshot, in the order build() takes them.
-def _queries(dead_limit: int, event_limit: int) -> list[tuple[str, dict[str, Any]]]:
+def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[tuple[str, dict[str, Any]]]:
     return [
         ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
         ("dead_jobs", {"limit": dead_limit, "match": None}),
         ("dead_groups", {"limit": dead_limit, "match": None}),
         ("supervisors", {}), ("recent_events", {"limit": event_limit}), ("queue_pauses", {}),
+        ("latency_read", {}), ("expiring_leases", {"limit": lease_limit}), ("attempts_histogram", {}),
     ]
 
 
 def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
-    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused = results
+    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts = results
     kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
         taken_at=datetime.now(timezone.utc), kinds=kinds,
         oldest_ready={row["queue"]: row["age"] for row in oldest},
         dead_jobs=dead_jobs, dead_groups=dead_groups, supervisors=supervisors, events=events,
         paused_queues=paused,
+        latency=summarize(latency), expiring_leases=leases, attempts=attempts,
     )
 
 

@@ -14,7 +14,7 @@ from jobsup.migrate import LATEST, migrate, require_schema, schema_version
 
 from .helpers import ROOT, cli_env, jobsup
 
-TABLES = {"jobs", "kind_totals", "supervisors", "events", "migrations", "schedules", "queue_pauses"}
+TABLES = {"jobs", "kind_totals", "supervisors", "events", "migrations", "schedules", "queue_pauses", "latency"}
 
 
 def recorded(dsn: str) -> list[tuple[int, str]]:

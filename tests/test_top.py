@@ -30,7 +30,7 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from jobsup import queue
+from jobsup import latency, queue
 from jobsup.doctor import Thresholds
 from jobsup.errors import JobsupError
 from jobsup.monitor import figures as fig, panels
@@ -447,16 +447,25 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
             # Tab walks every panel of every tab, showing each tab in turn, and comes back round.
             seen = []
-            for _ in range(6):
+            for _ in range(9):
                 seen.append((app.tab, app.focused.id))
                 await pilot.press("tab")
                 await until(pilot, lambda: app.focused is not None and app.focused.id != seen[-1][1],
                             message="the next panel")
             assert seen == [("jobs", "kinds"), ("jobs", "queues"), ("dead", "dead"), ("dead", "groups"),
-                            ("workers", "workers"), ("reaper", "reaper")]
+                            ("workers", "workers"), ("reaper", "reaper"), ("latency", "latency"),
+                            ("latency", "leases"), ("latency", "attempts")]
             assert (app.tab, app.focused.id) == ("jobs", "kinds")
             await pilot.press("shift+tab")
-            await until(pilot, lambda: app.focused.id == "reaper", message="the previous panel")
+            await until(pilot, lambda: app.focused.id == "attempts", message="the previous panel")
+
+            # The latency tab's w steps through its windows, and says which in the panel's title.
+            await pilot.press("5")
+            await until(pilot, lambda: app.focused is not None and app.focused.id == "latency", message="latency")
+            for window in ("5m", "60m", "1m"):
+                await pilot.press("w")
+                await until(pilot, lambda: f"last {window} (w)" in str(app.query_one("#latency-panel").border_title),
+                            message=f"the {window} window")
 
             # Each tab's key shows it (and only it, on a small terminal) with its first panel focused.
             for key, tab, first in (("2", "dead", "dead"), ("3", "workers", "workers"), ("1", "jobs", "kinds")):
@@ -477,7 +486,8 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             assert "Reaper tab: jobs returned from expired leases" in await screen_text(pilot)
             await pilot.press("escape")
             assert {c.title for c in app.get_system_commands(app.screen)} >= {
-                "Show the Jobs tab", "Show the Dead tab", "Show the Workers tab", "Show the Reaper tab"}
+                "Show the Jobs tab", "Show the Dead tab", "Show the Workers tab", "Show the Reaper tab",
+                "Show the Latency tab"}
 
             # A notification shows while the filter is open: it does not cover the filter.
             await pilot.press("slash", *"mail")
@@ -594,7 +604,23 @@ def fixed_figures(step: int) -> fig.Figures:
                        fig.ReaperPass(2, now - timedelta(minutes=14), "web-1:3077:a1", 2, (8601, 8602),
                                       ("web-3:999:c3",), 0)),
         reaped_per_minute=(0,) * 15 + (2,) + (0,) * 12 + (4, 0),
+        latency=tuple(latency.summarize(fixed_latency_rows(step))),
+        leases=tuple(fig.Lease(9000 + i, ("email", "report", "email", "resize", "email")[i], "web-1:3077:a1", 1 + i % 2,
+                               28.5 - 3 * i - step) for i in range(5)),
+        attempts=(("dead", 5, 445), ("queued", 0, 120 - step), ("queued", 2, 16), ("running", 1, 5)),
     )
+
+
+def fixed_latency_rows(step: int) -> list[dict[str, Any]]:
+    """Rows of latency_read: email waits longer in its last minute than before (rising); resize does not."""
+    rows = []
+    for kind, lat, before, run, n in (("email", 2.4, 0.08, 0.31, 120 + step), ("report", 0.9, 0.8, 12.5, 4),
+                                      ("resize", 0.012, 0.011, 1.8, 40)):
+        for metric, seconds, earlier in (("queue_latency", lat, before), ("run_time", run, run)):
+            for part, value, count in ((1, seconds, n), (5, earlier, n), (60, seconds, 3 * n), (60, earlier, 9 * n)):
+                rows.append({"kind": kind, "metric": metric, "bucket": latency.bucket(value), "part": part,
+                             "count": count})
+    return rows
 
 
 class FixedSource:
@@ -617,7 +643,8 @@ class FixedSource:
 
 # 160×48 shows the Jobs tab pinned above the Dead tab; 80×24 one tab at a time, each of them.
 @pytest.mark.parametrize("size, tab", [((160, 48), None), ((80, 24), None), ((80, 24), "dead"),
-                                       ((80, 24), "workers"), ((80, 24), "reaper")])
+                                       ((80, 24), "workers"), ((80, 24), "reaper"), ((80, 24), "latency"),
+                                       ((160, 48), "latency")])
 def test_snapshot_of_the_whole_screen(size, tab):
     async def scenario() -> None:
         app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from ..durations import format_age as age  # noqa: F401 (fig.age: the one format of ages, as in stats)
+from ..latency import KindLatency, summarize
 from ..visibility import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
@@ -107,6 +108,17 @@ class ReaperPass:
 
 
 @dataclass(frozen=True)
+class Lease:
+    """A running job and how long its lease has left (negative: expired, for the reaper)."""
+
+    id: int
+    kind: str
+    locked_by: str | None
+    attempts: int
+    remaining: float | None
+
+
+@dataclass(frozen=True)
 class Figures:
     now: datetime  # the database's clock when the figures were read
     kinds: tuple[KindRow, ...] = ()
@@ -118,6 +130,9 @@ class Figures:
     reaped_per_minute: tuple[int, ...] = ()  # oldest minute first, the current one last
     match: str | None = None  # the filter the database applied to the dead jobs and groups
     health: str | None = None  # jobsup.health's one-line warning, None when all is well
+    latency: tuple[KindLatency, ...] = ()  # queue latency and run time per kind (jobsup.latency)
+    leases: tuple[Lease, ...] = ()  # the running jobs whose lease expires soonest
+    attempts: tuple[tuple[str, int, int], ...] = ()  # (status, attempts, jobs) of live and dead jobs
 
     @property
     def total(self) -> KindRow:
@@ -166,7 +181,9 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
           dead_groups: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]],
           passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
           minutes: int = REAPER_MINUTES, match: str | None = None, health: str | None = None,
-          paused: Sequence[Mapping[str, Any]] = ()) -> Figures:
+          paused: Sequence[Mapping[str, Any]] = (),
+          latency: Sequence[Mapping[str, Any]] = (), leases: Sequence[Mapping[str, Any]] = (),
+          attempts: Sequence[Mapping[str, Any]] = ()) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which)."""
     kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
@@ -194,6 +211,9 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
         reaped_per_minute=per_minute_series(per_minute, minutes),
         match=match,
         health=health,
+        latency=tuple(summarize(latency)),
+        leases=tuple(Lease(r["id"], r["kind"], r["locked_by"], r["attempts"], r["remaining"]) for r in leases),
+        attempts=tuple((r["status"], r["attempts"], r["count"]) for r in attempts),
     )
 
 

@@ -35,6 +35,7 @@ MAX_BACKOFF = 5.0
 DEAD_LIMIT = 50  # rows of the dead-jobs table
 GROUP_LIMIT = 50  # rows of the dead-groups table
 PASS_LIMIT = 20  # reaper passes listed
+LEASE_LIMIT = 20  # running jobs listed by how soon their lease expires
 
 
 class ReadOnly(JobsupError):
@@ -65,6 +66,11 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         ("console_reaped_per_minute", {"minutes": minutes}),
         ("health", {}),  # reads the server's state through functions, no table (jobsup/health.py)
         ("queue_pauses", {}),  # the paused queues (control): a handful of rows at most
+        # The latency tab: 14 rows per kind and metric of jobsup.latency, the running jobs' index, and the
+        # partial indexes of live and dead jobs.
+        ("latency_read", {}),
+        ("expiring_leases", {"limit": LEASE_LIMIT}),
+        ("attempts_histogram", {}),
     ]
 
 
@@ -161,11 +167,12 @@ class Source:
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
             ((clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute,
-             (health,), paused) = results
+             (health,), paused, latency, leases, attempts) = results
             return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
                              dead_groups=dead_groups, supervisors=supervisors, passes=passes,
                              per_minute=per_minute, minutes=self.minutes, match=match or None,
-                             health=health_line(health, self.thresholds), paused=paused)
+                             health=health_line(health, self.thresholds), paused=paused,
+                             latency=latency, leases=leases, attempts=attempts)
 
         return await self._run(work)
 

@@ -22,6 +22,7 @@ from textual.widgets import DataTable
 
 from . import figures as fig
 from .figures import Figures
+from .latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
 from .panels import DeadPanel, GroupsPanel, KindsPanel, QueuesPanel, ReaperPanel, ThroughputPanel, View, WorkersPanel
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
@@ -99,7 +100,21 @@ class ReaperPane(Pane):
         return fig.count(rescued) if rescued else ""
 
 
-TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane)
+class LatencyPane(Pane):
+    TAB = Tab("latency", "Latency", "5", "queue latency and run time per kind, expiring leases, attempts")
+
+    def compose(self) -> ComposeResult:
+        yield LatencyPanel(id="latency-panel")
+        with Horizontal(id="latency-lower"):  # side by side at any width: both are narrow
+            yield LeasesPanel(id="leases-panel")
+            yield AttemptsPanel(id="attempts-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        rising = sum(k.rising for k in figures.latency)
+        return f"↑{rising}" if rising else ""
+
+
+TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane, LatencyPane)
 PINNED = TABS[0].TAB.id  # the tab kept in view on a large terminal
 
 

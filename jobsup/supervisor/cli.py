@@ -46,6 +46,9 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
                          "LISTEN only through --listen-dsn)", ("none", "transaction")),
     ("--listen-dsn", "text", "with --pooler transaction: a direct connection to PostgreSQL for LISTEN; "
                              "without one, the supervisor polls every 200 ms instead", None),
+    ("--metrics-port", "count", "serve Prometheus metrics on /metrics and a health probe on /healthz at "
+                                "this TCP port; 0 for none", None),
+    ("--metrics-host", "text", "the address --metrics-port listens on (0.0.0.0: every interface)", None),
 ]
 
 # Flags whose Config field has another name.

@@ -46,6 +46,8 @@ class Config:
     # connection relies on its session; LISTEN then needs listen_dsn, or the claim loop polls.
     pooler: str = "none"
     listen_dsn: str = ""  # a direct connection for LISTEN when the DSN leads to a pooler
+    metrics_port: int = 0  # serve /metrics and /healthz on this port (jobsup/supervisor/metrics.py); 0: off
+    metrics_host: str = "localhost"
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> Config:
@@ -62,6 +64,7 @@ class Config:
             log_format=args.log_format, log_level=args.log_level, keep_done=float(args.keep_done),
             keep_dead=float(args.keep_dead), prune_interval=float(args.prune_interval),
             pooler=args.pooler or "none", listen_dsn=args.listen_dsn or "",
+            metrics_port=int(args.metrics_port), metrics_host=args.metrics_host or "localhost",
         )
         config.validate()
         return config
@@ -87,6 +90,8 @@ class Config:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
         pooler(self.pooler)
+        if not 0 <= self.metrics_port <= 65535:
+            raise BadInput(f"--metrics-port must be a TCP port from 1 to 65535 (0: off), not {self.metrics_port}")
 
     @property
     def pooled(self) -> bool:

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from .. import queue
 from ..job import Job
+from ..latency import Recorder
 from ..queue import Cancel, ClaimKey, Failure, Snoozed
 from ..sql import STATEMENTS as SQL
 from .config import Config
@@ -24,6 +25,7 @@ from .keeper import Keeper, Worker
 from .keys import ClaimKeys
 from .link import LOST, Link
 from .log import EventLog
+from .tally import Tally
 
 # Besides --prefetch, claim what the workers are expected to start within this horizon at the rate
 # they have been finishing jobs: many short jobs are claimed in few statements (each one a commit the
@@ -75,7 +77,7 @@ class Wakeup:
 
 class Dispatcher:
     def __init__(self, config: Config, log: EventLog, supervisor_id: str, keeper: Keeper,
-                 claims: Link, writes: Link) -> None:
+                 claims: Link, writes: Link, tally: Tally | None = None) -> None:
         self.config = config
         self.log = log
         self.id = supervisor_id
@@ -108,6 +110,11 @@ class Dispatcher:
         self.rate = 0.0  # jobs finished per second, smoothed
         self.duration = 1.0  # seconds a job takes in a worker, smoothed; assume slow until measured
         self._rate_sample: tuple[float, int] | None = None
+        # Queue latency and run time per kind, added to jobsup.latency with the outcome writes.
+        self.tally = tally
+        self.latency = Recorder(keep_totals=tally is not None)
+        self._latency_due: dict[str, list] | None = None  # taken for the next outcome write to carry
+        self._latency_timer: asyncio.TimerHandle | None = None
 
     # --- what the keeper tells us ------------------------------------------------------------
 
@@ -122,6 +129,7 @@ class Dispatcher:
         self.finished += 1
         took = asyncio.get_running_loop().time() - worker.job_started
         self.duration += RATE_SMOOTHING * (took - self.duration)
+        self._timed(job, took)
         if error is None:
             self.done_buffer.append(job)
             if value is not None:
@@ -157,6 +165,7 @@ class Dispatcher:
         elif cause.startswith("interrupted"):
             self.release_buffer.append((job, cause))  # a shutdown is not the job's fault
         else:
+            self._timed(job, asyncio.get_running_loop().time() - worker.job_started)
             self.fail_buffer.append(Failure(job.id, job.attempts, cause, None))
         self.release_buffer.extend((j, None) for j in unstarted)
         self.flush_wakeup.set()
@@ -234,6 +243,12 @@ class Dispatcher:
         if self.pause_notes == notes_before:
             self.set_paused(set(queues))
 
+    def _timed(self, job: Job, took: float) -> None:
+        """Count a finished attempt's queue latency (the database's clock) and run time (ours)."""
+        if job.started_at is not None and job.run_at is not None:
+            self.latency.record(job.kind, "queue_latency", (job.started_at - job.run_at).total_seconds())
+        self.latency.record(job.kind, "run_time", took)
+
     def notified(self, payload: str) -> None:
         """A NOTIFY of the insert trigger (or a release, reap or requeue)."""
         try:
@@ -249,8 +264,12 @@ class Dispatcher:
         elif isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
             self.more = True  # an insert past our claim keys (see keys.py): they still hold
             self.claim_wakeup.set()
+            if self.tally is not None:
+                self.tally.wakeups += 1
         else:
             self.poke()
+            if self.tally is not None:
+                self.tally.wakeups += 1
 
     def poke(self) -> None:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
@@ -326,6 +345,17 @@ class Dispatcher:
                 next_poll = loop.time() + self.config.poll_interval
 
     async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
+        if self.tally is None:
+            return await self._claim_once(want, keys)
+        started = time.perf_counter()
+        jobs = await self._claim_once(want, keys)
+        if jobs is not None:
+            self.tally.claims += 1
+            self.tally.claimed += len(jobs)
+            self.tally.claim_seconds.observe(time.perf_counter() - started)
+        return jobs
+
+    async def _claim_once(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         try:
             conn = await self.claims.connect()
             if self.orphans_possible:
@@ -394,6 +424,14 @@ class Dispatcher:
                 await asyncio.sleep(self.config.flush_interval)  # let a few more outcomes share the write
             self.flush_wakeup.clear()
             await self.flush()
+            # Figures counted since the last write that no outcome write has carried yet (the last
+            # jobs of a burst): a flush with nothing else to write takes them when they are due.
+            due = self.latency.due_in(asyncio.get_running_loop().time())
+            if due is not None and self._latency_timer is None:
+                def wake() -> None:
+                    self._latency_timer = None
+                    self.flush_wakeup.set()
+                self._latency_timer = asyncio.get_running_loop().call_later(due, wake)
 
     async def flush(self, *, deadline: float | None = None) -> None:
         """Write every buffered outcome: one statement per kind of outcome present. What is not
@@ -403,6 +441,10 @@ class Dispatcher:
         releases, self.release_buffer = self.release_buffer, []
         snoozes, self.snooze_buffer = self.snooze_buffer, []
         cancels, self.cancel_buffer = self.cancel_buffer, []
+        # Once a second (or at shutdown, with its deadline), the latency figures go with the first write.
+        taken = self.latency.take(asyncio.get_running_loop().time(), force=deadline is not None)
+        if taken is not None:
+            self._latency_due = taken
         try:
             if done:
                 await self._write_done(done, deadline)
@@ -419,6 +461,9 @@ class Dispatcher:
             if cancels:
                 await self._write_cancels(cancels, deadline)
                 cancels = []
+            if self._latency_due is not None:  # no outcome write to carry them
+                params, self._latency_due = self._latency_due, None
+                await self.writes.run(lambda c: c.execute(SQL["latency_merge"], params), deadline=deadline)
         finally:
             self.done_buffer[:0] = done
             self.fail_buffer[:0] = failures
@@ -431,9 +476,10 @@ class Dispatcher:
             pairs = [(j.id, j.attempts) for j in chunk]
             # None when no job of the chunk returned anything: the write is then what it always was.
             values = [self.return_values.get(j.id) for j in chunk] if self.return_values else None
-            written = await self.writes.run(lambda c: queue.acomplete(c, pairs, self.id, values),
-                                            deadline=deadline)
+            written = await self._write(lambda c: queue.acomplete(c, pairs, self.id, values), deadline)
             self.jobs_done += len(written)
+            if self.tally is not None:
+                self._tally_written(chunk, written, "done")
             if values is not None:
                 for job in chunk:
                     self.return_values.pop(job.id, None)
@@ -444,10 +490,17 @@ class Dispatcher:
             await self._write_failure_chunk(chunk, deadline)
 
     async def _write_failure_chunk(self, failures: list[Failure], deadline: float | None) -> None:
-        outcomes = await self.writes.run(lambda c: queue.afail(
+        outcomes = await self._write(lambda c: queue.afail(
             c, failures, self.id, backoff_base=self.config.backoff_base,
-            backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline=deadline)
+            backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline)
         by_id = {o.id: o for o in outcomes}
+        if self.tally is not None:
+            for outcome in outcomes:
+                job = self.held.get(outcome.id)
+                if job is not None:
+                    # a failure of a job whose cancel was requested is written cancelled
+                    self.tally.outcome(job.kind, outcome.status if outcome.status in ("dead", "cancelled")
+                                       else "failed")
         for failure in failures:
             outcome = by_id.get(failure.id)
             job = self.held.get(failure.id)
@@ -462,8 +515,9 @@ class Dispatcher:
         for chunk in _chunks(releases):
             pairs = [(j.id, j.attempts) for j, _ in chunk]
             reasons = [reason for _, reason in chunk]
-            written = await self.writes.run(lambda c: queue.arelease(c, pairs, self.id, reasons),
-                                            deadline=deadline)
+            written = await self._write(lambda c: queue.arelease(c, pairs, self.id, reasons), deadline)
+            if self.tally is not None:
+                self._tally_written([j for j, _ in chunk], written, "released")
             for job, reason in chunk:
                 if reason is not None:
                     self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
@@ -472,7 +526,12 @@ class Dispatcher:
 
     async def _write_snoozes(self, snoozes: list[Snoozed], deadline: float | None) -> None:
         for chunk in _chunks(snoozes):
-            outcomes = await self.writes.run(lambda c: queue.asnooze(c, chunk, self.id), deadline=deadline)
+            outcomes = await self._write(lambda c: queue.asnooze(c, chunk, self.id), deadline)
+            if self.tally is not None:
+                for outcome in outcomes:
+                    job = self.held.get(outcome.id)
+                    if job is not None:  # a snooze of a job whose cancel was requested ends it cancelled
+                        self.tally.outcome(job.kind, "snoozed" if outcome.status == "queued" else "cancelled")
             for outcome in outcomes:
                 if outcome.status == "queued" and outcome.run_at is not None:
                     self.note_run_at(outcome.run_at.timestamp())
@@ -481,12 +540,42 @@ class Dispatcher:
 
     async def _write_cancels(self, cancels: list[Cancel], deadline: float | None) -> None:
         for chunk in _chunks(cancels):
-            written = await self.writes.run(lambda c: queue.acancel_held(c, chunk, self.id), deadline=deadline)
+            written = await self._write(lambda c: queue.acancel_held(c, chunk, self.id), deadline)
+            if self.tally is not None:
+                self._tally_written([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
             for cancel in chunk:
                 job = self.held.get(cancel.id)
                 if cancel.id in written and job is not None and cancel.reason is None:
                     self.log("job.cancelled", job=job.id, kind=job.kind, attempt=job.attempts, by=cancel.by)
             self._forget([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
+
+    async def _write(self, op, deadline: float | None):
+        """One outcome statement through the writes link. Latency figures taken for writing
+        (flush) go in the same round trip: sent ahead of it in one pipeline, so they cost the
+        server one more statement a second and the supervisor no extra wait."""
+        latency, self._latency_due = self._latency_due, None
+        if latency is not None:
+            op = _carrying(latency, op)
+        if self.tally is None:
+            return await self.writes.run(op, deadline=deadline)
+        started = time.perf_counter()
+        result = await self.writes.run(op, deadline=deadline)
+        self.tally.writes += 1
+        self.tally.write_seconds.observe(time.perf_counter() - started)
+        return result
+
+    def _tally_written(self, jobs: list[Job], written: list[int], outcome: str) -> None:
+        kinds: dict[str, int] = {}
+        if len(written) == len(jobs):  # as nearly always: no write was fenced out
+            for job in jobs:
+                kinds[job.kind] = kinds.get(job.kind, 0) + 1
+        else:
+            kept = set(written)
+            for job in jobs:
+                if job.id in kept:
+                    kinds[job.kind] = kinds.get(job.kind, 0) + 1
+        for kind, count in kinds.items():
+            self.tally.outcome(kind, outcome, count)  # type: ignore[union-attr]
 
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)
@@ -542,6 +631,15 @@ class Dispatcher:
     def running(self) -> list[Job]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
         return [job for w in self.keeper.all_processes() for job in w.jobs]
+
+
+def _carrying(latency: dict[str, list], write):
+    """`write` with the `latency_merge` of `latency` sent ahead of it, in one round trip."""
+    async def carried(conn):
+        async with conn.pipeline():
+            await conn.execute(SQL["latency_merge"], latency)
+            return await write(conn)
+    return carried
 
 
 def _chunks(items: list, size: int = WRITE_MAX) -> list[list]:

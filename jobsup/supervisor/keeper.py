@@ -20,6 +20,7 @@ import psutil
 from ..job import Job
 from .config import Config
 from .log import EventLog
+from .tally import restart_cause
 from .wire import Reader, send
 from .worker import job_fields, worker_main
 
@@ -116,6 +117,7 @@ class Keeper:
     schedules: list = field(default_factory=list)  # the app's Schedules, told by the first ready worker
     ever_ready: bool = False
     stopping: bool = False
+    restarts_by_cause: dict[str, int] = field(default_factory=dict)  # for jobsup_worker_restarts_total
 
     def __post_init__(self) -> None:
         # forkserver: workers are forked from a clean server process, never from this one, which
@@ -286,7 +288,11 @@ class Keeper:
             slot.last_exit = cause
             self.log("worker.died", "warning", pid=worker.pid, slot=worker.slot, cause=cause)
         if current and not self.stopping:
+            self._count_restart("start_failed" if worker.state == "starting" else restart_cause(cause))
             self._respawn(slot, after_start_failure=worker.state == "starting" and job is None)
+
+    def _count_restart(self, cause: str) -> None:
+        self.restarts_by_cause[cause] = self.restarts_by_cause.get(cause, 0) + 1
 
     def _respawn(self, slot: Slot, after_start_failure: bool) -> None:
         slot.restarts += 1
@@ -360,6 +366,7 @@ class Keeper:
         self.retiring.add(worker)
         del self.workers[worker.slot]
         self.slots[worker.slot].restarts += 1
+        self._count_restart("recycled")
         self._spawn(self.slots[worker.slot])
         return True
 

@@ -39,6 +39,7 @@ class Link:
         self.conn: psycopg.AsyncConnection | None = None
         self.lost = False  # the previous connection broke; cleared by the next successful connect
         self.failed_tries = 0  # connection attempts failed in a row
+        self.reconnects = 0  # connections opened after a lost one (jobsup_db_reconnects_total)
         self.lock = asyncio.Lock()  # one statement at a time on this connection
 
     async def connect(self, *, deadline: float | None = None) -> psycopg.AsyncConnection:
@@ -55,6 +56,7 @@ class Link:
                 self.failed_tries = 0
                 if self.lost:
                     self.lost = False
+                    self.reconnects += 1
                     self.log("db.reconnected", link=self.name)
                 return self.conn
             except LOST as exc:

@@ -24,6 +24,10 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
             raise DatabaseUnavailable(f"--listen-dsn: {exc}") from None
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
+    if config.metrics_port:  # before any worker: a port in use is one line and exit 2, nothing started
+        from .metrics import bind
+
+        supervisor.metrics_socket = bind(config.metrics_host, config.metrics_port)
     # While the workers spawn, Ctrl-C and a hangup are only recorded, not raised inside
     # multiprocessing's start of its fork server; the start then stops with exit 130, nothing left
     # behind. After that they raise KeyboardInterrupt, so connecting stays interruptible, until the loop

@@ -11,7 +11,9 @@ import asyncio
 import psycopg
 
 from ..errors import first_line
+from ..latency import KEEP_PERIODS
 from ..retention import BatchSize, Pruned, Retention, aprune
+from ..sql import STATEMENTS as SQL
 from .config import Config
 from .link import Link
 from .log import EventLog
@@ -27,6 +29,9 @@ async def prune_loop(link: Link, config: Config, log: EventLog) -> None:
         pruned = Pruned()
         try:
             await link.run(lambda conn: aprune(conn, retention, batch=batch, pause=PAUSE, pruned=pruned))
+            # The latency histograms past the longest window: a few rows per kind and minute, deleted
+            # by every supervisor's round (no turn needed: deleting them twice deletes nothing).
+            await link.run(lambda conn: conn.execute(SQL["latency_trim"], {"keep_periods": KEEP_PERIODS}))
         except psycopg.Error as exc:
             log("pruner.error", "error", error=first_line(exc))
         finally:  # a round cut short by the shutdown still says what it deleted

@@ -26,6 +26,7 @@ from .log import EventLog
 from .pruner import prune_loop
 from .roster import forget_gone
 from .scheduler import Scheduler
+from .tally import Tally
 
 # How often the keeper checks job timeouts and kills workers past their grace period.
 TICK = 0.05
@@ -71,6 +72,11 @@ class Supervisor:
         self.stop_wakeup = Wakeup()
         self.fatal: str | None = None
         self.hard_stop = False
+        # --metrics-port: what the metrics duty exports, and its socket (bound before the workers start).
+        self.tally = Tally() if config.metrics_port else None
+        self.metrics_socket = None
+        self.reached_db: float | None = None  # loop clock of the last heartbeat the database took
+        self.tasks: list[asyncio.Task] = []
 
     # The keeper is built before the dispatcher (its workers start before any connection opens), so
     # its callbacks go through these until the dispatcher exists.
@@ -128,7 +134,7 @@ class Supervisor:
             self.log("listener.off", "warning", reason="--pooler transaction without --listen-dsn",
                      poll=f"{config.poll_interval * 1000:g}ms")
         self.dispatcher = Dispatcher(config, self.log, self.id, self.keeper,
-                                     self.links["claims"], self.links["writes"])
+                                     self.links["claims"], self.links["writes"], self.tally)
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             self.dispatcher.worker_ready(worker)
         self.log("supervisor.started", version=__version__, id=self.id, dsn=redact(dsn),
@@ -140,8 +146,12 @@ class Supervisor:
                  "lease": self.dispatcher.lease_loop, "listen": self._listen_loop, "reap": self._reap_loop,
                  "heartbeat": self._heartbeat_loop, "tick": self._tick_loop, "schedule": self.scheduler.run,
                  "prune": lambda: prune_loop(self.links["prune"], self.config, self.log)}
-        tasks = [loop.create_task(run(), name=name) for name, run in loops.items()
-                 if name != "listen" or "listen" in self.links]
+        if self.metrics_socket is not None:
+            from .metrics import serve
+
+            loops["metrics"] = lambda: serve(self.metrics_socket, self)
+        self.tasks = tasks = [loop.create_task(run(), name=name) for name, run in loops.items()
+                              if name != "listen" or "listen" in self.links]
         for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
             task.add_done_callback(lambda _: self.stop_wakeup.set())
         while not (self.signals or self.fatal):
@@ -203,6 +213,8 @@ class Supervisor:
             if forgotten:
                 self.log("supervisors.forgotten", count=len(forgotten), ids=forgotten)
             if reaped:
+                if self.tally is not None:
+                    self.tally.reaped += len(reaped)
                 dead = [o.id for o in reaped if o.status == "dead"]
                 self.log("reaped", count=len(reaped), ids=[o.id for o in reaped], dead=dead or None)
 
@@ -238,6 +250,7 @@ class Supervisor:
 
         notes = d.pause_notes if d else 0
         paused = await self.links["house"].run(beat, deadline=deadline)
+        self.reached_db = asyncio.get_running_loop().time()  # what /healthz asks of the database
         if d is not None and state == "running":  # the backstop of the pause NOTIFYs
             d.paused_read(paused, notes)
 

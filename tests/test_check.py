@@ -1,0 +1,96 @@
+"""`jobsup check` and the `jobsup metrics` exporter against a real PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+
+from jobsup import queue
+from jobsup.queue import Failure
+
+from .helpers import ROOT, cli_env, jobsup, wait_for
+from .supervisor_helpers import enqueue_kinds, status_counts
+from .test_metrics import free_port, get, samples, scrape
+
+APP = "tests.latency_app:app"
+
+
+def test_check_exits_1_with_an_old_backlog_and_0_once_it_is_drained(dsn, conn, start):
+    assert jobsup("check", "--dsn", dsn).returncode == 0  # nothing queued
+    enqueue_kinds(conn, ["quick"] * 20)
+    # A backlog older than the threshold: nobody works the queue.
+    result = wait_for(lambda: (r := jobsup("check", "--dsn", dsn, "--max-oldest-age", "1s")).returncode == 1 and r,
+                      timeout=30, message="check exits 1")
+    [line] = result.stdout.strip().splitlines()
+    assert line.startswith("queue default: oldest ready job is ") and line.endswith("over --max-oldest-age 1s")
+    sup = start(app=APP, procs=2)
+    wait_for(lambda: status_counts(conn).get("done") == 20, timeout=60, message="drained")
+    result = jobsup("check", "--dsn", dsn, "--max-oldest-age", "1s")
+    assert result.returncode == 0 and result.stdout.startswith("ok: oldest ready job -, 0 dead"), result.stdout
+    assert sup.stop() == 0
+
+
+def test_check_dead_reaped_queue_and_json(dsn, conn):
+    long_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    queue.enqueue(conn, "email", run_at=long_ago)
+    queue.enqueue(conn, "sms", run_at=long_ago, queue="texts")
+    queue.enqueue_many(conn, [{"kind": "email", "max_attempts": 1, "queue": "mail"}] * 3)
+    claimed = queue.claim(conn, ["mail"], 3, "sup-a", 30)
+    queue.fail(conn, [Failure(j.id, 1, "smtp down") for j in claimed], "sup-a")  # 3 dead in queue mail
+    conn.execute("INSERT INTO jobsup.events (action, supervisor, count, job_ids) VALUES ('reaped', 's', 7, '{1}')")
+
+    result = jobsup("check", "--dsn", dsn, "--max-dead", "2", "--max-reaped-per-min", "5")
+    assert result.returncode == 1
+    lines = result.stdout.splitlines()
+    assert lines[2:] == ["3 dead jobs, over --max-dead 2", "7 jobs reaped in the last minute, over --max-reaped-per-min 5"]
+    for line, name in zip(lines, ("default", "texts")):
+        assert line.startswith(f"queue {name}: oldest ready job is 10m") and line.endswith("over --max-oldest-age 5m")
+
+    data = json.loads(jobsup("check", "--dsn", dsn, "--json", "--queue", "mail", "--max-dead", "3").stdout)
+    assert data["ok"] is True and data["dead"] == 3 and data["oldest_ready"] == {}
+    data = json.loads(jobsup("check", "--dsn", dsn, "--json", "--queue", "texts", "--max-dead", "0").stdout)
+    assert data["ok"] is False and [c["check"] for c in data["crossed"]] == ["oldest_age"]
+    assert data["crossed"][0]["queue"] == "texts" and data["crossed"][0]["value"] > 590
+
+    assert jobsup("check", "--dsn", dsn, "--max-oldest-age", "0", "--max-reaped-per-min", "7").returncode == 0
+    for bad in (["--max-oldest-age", "soon"], ["--max-dead", "-1"], ["--max-reaped-per-min", "x"]):
+        result = jobsup("check", "--dsn", dsn, *bad)
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, (bad, result.stderr)
+    result = jobsup("check", "--dsn", dsn, env=cli_env(JOBSUP_CHECK_MAX_DEAD="many"))
+    assert result.returncode == 2
+
+
+def test_the_exporter_serves_the_queue_wide_gauges(dsn, conn):
+    queue.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "queue": "texts"}])
+    queue.enqueue(conn, "email", delay=3600)
+    queue.enqueue_many(conn, [{"kind": "sms", "queue": "texts", "max_attempts": 1}] * 2)
+    claimed = queue.claim(conn, ["texts"], 3, "sup-a", 30)
+    doomed = next(j for j in claimed if j.max_attempts == 1)
+    queue.fail(conn, [Failure(doomed.id, 1, "no credit")], "sup-a")  # 1 dead, 2 running in texts
+    port = free_port()
+    exporter = subprocess.Popen([sys.executable, "-m", "jobsup", "metrics", "--dsn", dsn, "--port", str(port),
+                                 "--host", "127.0.0.1"], cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+    try:
+        wait_for(lambda: get(port, "/metrics")[0] == 200, timeout=30, message="the exporter serving")
+        metrics = scrape(port)
+        assert samples(metrics, "jobsup_database_up") == 1
+        for status, want in (("ready", 3), ("scheduled", 1), ("running", 0), ("dead", 0)):
+            assert samples(metrics, "jobsup_queue_jobs", queue="default", kind="email", status=status) == want
+        assert samples(metrics, "jobsup_queue_jobs", queue="texts", kind="sms", status="running") == 2
+        assert samples(metrics, "jobsup_queue_jobs", queue="texts", kind="sms", status="dead") == 1
+        table = dict(conn.execute("SELECT status, count(*) FROM jobsup.jobs GROUP BY status").fetchall())
+        assert samples(metrics, "jobsup_queue_jobs") == sum(table.values())
+        assert 0 <= samples(metrics, "jobsup_oldest_ready_age_seconds", queue="default") < 60
+        with socket.socket() as taken:  # a second exporter on the same port
+            taken.bind(("127.0.0.1", 0))
+            taken.listen(1)
+            result = jobsup("metrics", "--dsn", dsn, "--port", str(taken.getsockname()[1]), "--host", "127.0.0.1")
+        assert result.returncode == 2 and "the port is in use" in result.stderr
+        assert jobsup("metrics", "--dsn", dsn, "--port", "70000").returncode == 2
+    finally:
+        exporter.terminate()
+        assert exporter.wait(20) == 0
