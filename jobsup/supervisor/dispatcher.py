@@ -100,7 +100,7 @@ class Dispatcher:
         self.jobs_done = 0
         self.finished = 0  # outcomes heard from workers, for the finishing rate
         self.rate = 0.0  # jobs finished per second, smoothed
-        self.duration = 1.0  # seconds a job takes in a worker, smoothed; assume slow until measured
+        self.duration = 1.0  # seconds a handler runs, smoothed; assume slow until measured
         self._rate_sample: tuple[float, int] | None = None
 
     # --- what the keeper tells us ------------------------------------------------------------
@@ -114,8 +114,11 @@ class Dispatcher:
     def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None,
                 value: str | None = None) -> None:
         self.finished += 1
-        took = asyncio.get_running_loop().time() - worker.job_started
-        self.duration += RATE_SMOOTHING * (took - self.duration)
+        # The handler's own run time, not the time since the handout: on a loaded machine the trip
+        # through the pipes takes milliseconds, and counting it made a no-op job look long, so it was
+        # sent alone, which made more trips, which kept it looking long (a 2-worker supervisor
+        # sharing a core stayed at one job per message and ran at a tenth of the rate).
+        self.duration += RATE_SMOOTHING * (worker.ran - self.duration)
         if error is None:
             self.done_buffer.append(job)
             if value is not None:

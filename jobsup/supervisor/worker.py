@@ -2,8 +2,11 @@
 
 It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
 answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
-traceback); whatever kills it instead, the supervisor sees it go at once and records the failed attempt
-of the job it was running itself.
+traceback), each followed by one last field: the seconds its handler ran, measured here (the supervisor
+decides from it whether jobs are short enough to hand out several at a time; a time taken from its side
+would count the trip through the pipes, which a loaded machine stretches to milliseconds). Whatever
+kills it instead, the supervisor sees it go at once and records the failed attempt of the job it was
+running itself.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 
@@ -127,6 +131,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         for job_id, kind, payload, queue, attempts, max_attempts, priority in message[1]:
             job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
                       max_attempts=max_attempts, priority=priority)
+            started = time.perf_counter()
             try:
                 if kind in handlers:
                     func, is_async = handlers[kind]
@@ -137,8 +142,9 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                 if value is not None:
                     value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
             except NoHandler as exc:
-                send(fd, ("failed", job_id, str(exc), None))
+                answer = ("failed", job_id, str(exc), None)
             except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
-                send(fd, ("failed", job_id, _describe(exc), traceback.format_exc(limit=30)))
+                answer = ("failed", job_id, _describe(exc), traceback.format_exc(limit=30))
             else:
-                send(fd, ("done", job_id) if value is None else ("done", job_id, value))
+                answer = ("done", job_id) if value is None else ("done", job_id, value)
+            send(fd, (*answer, time.perf_counter() - started))
