@@ -35,7 +35,7 @@ RATE_SMOOTHING = 0.3
 # the supervisor writes one message per few jobs instead of one per job. A worker runs them in order
 # and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
 SHORT_JOB = 0.002
-HANDOUT_MAX = 8
+HANDOUT_MAX = 32
 # Most outcomes one statement writes: after a stall, a backlog of outcomes goes in several statements of
 # a bounded cost rather than one that holds every row lock for as long as it runs.
 WRITE_MAX = 1000

@@ -1,6 +1,7 @@
 """The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
 
-It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
+It never talks to the database. It reads ("jobs", [job, ...]) from its pipe (each payload as the JSON
+text the claim returned: parsed here, not in the supervisor's one thread), runs them in order and
 answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
 traceback), each followed by one last field: the seconds its handler ran, measured here (the supervisor
 decides from it whether jobs are short enough to hand out several at a time; a time taken from its side
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
 import signal
 import sys
@@ -129,8 +131,8 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
         for job_id, kind, payload, queue, attempts, max_attempts, priority in message[1]:
-            job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
-                      max_attempts=max_attempts, priority=priority)
+            job = Job(id=job_id, kind=kind, payload=None if payload is None else json.loads(payload),
+                      queue=queue, attempts=attempts, max_attempts=max_attempts, priority=priority)
             started = time.perf_counter()
             try:
                 if kind in handlers:
