@@ -34,6 +34,8 @@ RATE_SMOOTHING = 0.3
 # Jobs that take less than this on average go to a worker several at a time (at most HANDOUT_MAX), so
 # the supervisor writes one message per few jobs instead of one per job. A worker runs them in order
 # and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
+# Each message wakes its worker (a pipe write that, on a loaded machine, costs the supervisor's one
+# thread tens of µs): 32 rather than 8 cut the supervisor's CPU per no-op job by about a sixth.
 SHORT_JOB = 0.002
 HANDOUT_MAX = 32
 # Most outcomes one statement writes: after a stall, a backlog of outcomes goes in several statements of
