@@ -9,14 +9,15 @@ from __future__ import annotations
 from datetime import timedelta
 
 from jobsup import queue
+from jobsup.supervisor.config import DEFAULTS
+from jobsup.supervisor.dispatcher import HANDOUT_MAX
 
 from .helpers import wait_for
 from .supervisor_helpers import make_calls_table
 
-# What may run in workers ahead of a job just claimed: the prefetch (at most --batch, 100) and what was
-# already handed to the workers (HANDOUT_MAX, 8, each).
-BATCH = 100
-HANDOUT_MAX = 8
+# What may run in workers ahead of a job just claimed: the prefetch (at most --batch) and what was
+# already handed to the workers (HANDOUT_MAX each).
+BATCH = DEFAULTS.batch
 
 
 def load(conn, count: int, queues: list[str], kind: str = "record") -> None:

@@ -372,3 +372,45 @@ def test_a_count_of_repeats_reads_as_a_sentence_in_text():
     assert "job=9" in lines[1] and "error=other" in lines[1]
     assert lines[2].split(" ", 1)[1].startswith("WARNING job.failed         kind=k error=boom "
                                                 "(and 1,234 more like it in the last "), lines[2]
+
+
+def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pipes():
+    """The dispatcher sends short jobs several at a time by the run time the worker reports: a time
+    measured from the supervisor's side would count the pipes, milliseconds on a loaded machine."""
+    import multiprocessing
+
+    from jobsup.supervisor.wire import Reader, send
+    from jobsup.supervisor.worker import worker_main
+
+    ctx = multiprocessing.get_context("spawn")
+    their_inbox, inbox = ctx.Pipe(duplex=False)
+    outbox, their_outbox = ctx.Pipe(duplex=False)
+    env = os.environ.pop("JOBSUP_RECORD_DSN", None)  # the sleep handler records nothing here
+    try:
+        process = ctx.Process(target=worker_main, args=(their_inbox, their_outbox, "examples.misbehave:app",
+                                                        os.getpid(), os.getcwd()))
+        process.start()
+    finally:
+        if env is not None:
+            os.environ["JOBSUP_RECORD_DSN"] = env
+    their_inbox.close()
+    their_outbox.close()
+    reader = Reader(outbox.fileno())
+    try:
+        assert reader.read_one()[0] == "ready"
+        jobs = [(1, "sleep", '{"seconds": 0.3}', "default", 1, 3, 0), (2, "ok", None, "default", 1, 3, 0),
+                (3, "raise", None, "default", 1, 3, 0)]
+        send(inbox.fileno(), ("jobs", jobs))
+        answers = [reader.read_one() for _ in jobs]
+        send(inbox.fileno(), ("stop",))
+    finally:
+        process.join(30)
+        if process.is_alive():
+            process.kill()
+    assert [(a[0], a[1]) for a in answers] == [("done", 1), ("done", 2), ("failed", 3)]
+    ran = [a[-1] for a in answers]
+    assert all(isinstance(r, float) for r in ran), answers
+    assert ran[0] >= 0.3, ran  # the sleep itself
+    # The job after it waited in the worker's hand-out while the first ran: not counted as its time.
+    assert ran[1] < 0.3, ran
+    assert answers[2][2].startswith("RuntimeError: raised on attempt 1"), answers[2]

@@ -65,6 +65,7 @@ class Worker:
     jobs: deque[Job] = field(default_factory=deque)
     job_started: float = 0.0  # loop clock, when the first of `jobs` started
     job_started_wall: float = 0.0
+    ran: float = 0.0  # seconds the handler of its last answered job ran, as the worker measured it
     jobs_done: int = 0
     recycle_after: int | None = None
     stop_reason: str | None = None  # set when the keeper terminates it: the cause to record
@@ -211,6 +212,7 @@ class Keeper:
     def _message(self, worker: Worker, message: tuple) -> None:
         tag = message[0]
         if tag in ("done", "failed"):
+            *message, worker.ran = message  # every answer ends with the handler's run time
             job = worker.job
             if job is None or job.id != message[1]:
                 return  # an answer for a job we already counted as lost

@@ -117,7 +117,8 @@ class Supervisor:
         self.keeper.attach(loop)
         pooled = self.config.pooled
         self.links = {name: Link(dsn, name, self.log, SESSION, pooled=pooled) for name in ("writes", "house", "prune")}
-        self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled)
+        self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled,
+                                    json_as_text=True)  # payloads are parsed by the workers
         # Connects only if the app has schedules. A fire's job and its watermark commit together, so an
         # unflushed commit lost in a server crash loses both, and the fire is due again after it: like
         # the claims, it need not wait for the WAL flush, which was most of a fire's latency.

@@ -1,20 +1,27 @@
 """The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
 
-It never talks to the database. It reads ("jobs", [job, ...]) from its pipe, runs them in order and
+It never talks to the database. It reads ("jobs", [job, ...]) from its pipe (each payload as the JSON
+text the claim returned: parsed here, not in the supervisor's one thread), runs them in order and
 answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
 traceback), a failure that a handler's Snooze, RetryAfter or Discard decided ending with its verb:
-("snooze", seconds), ("retry", seconds) or ("discard",). Whatever kills it instead, the supervisor sees it go at once and records the failed attempt
-of the job it was running itself.
+("snooze", seconds), ("retry", seconds) or ("discard",). Each answer is followed by one last field: the
+seconds its handler ran, measured here (the supervisor decides from it whether jobs are short enough to
+hand out several at a time, and records it as the job's run time; a time taken from its side would
+count the trip through the pipes, which a loaded machine stretches to milliseconds). Whatever kills it
+instead, the supervisor sees it go at once and records the failed attempt of the job it was running
+itself.
 """
 
 from __future__ import annotations
 
 import asyncio
 import ctypes
+import json
 import os
 import signal
 import sys
 import threading
+import time
 import traceback
 from multiprocessing.connection import Connection
 
@@ -143,7 +150,8 @@ class Runner:
 
 
 def job_fields(job) -> tuple:
-    """What the supervisor sends a worker of each job: the fields of Job a handler sees."""
+    """What the supervisor sends a worker of each job: the fields of Job a handler sees, its payload and
+    errors as the JSON text the claims connection returns them as (the worker parses them)."""
     return (job.id, job.kind, job.payload, job.queue, job.attempts, job.max_attempts, job.priority,
             job.snoozes, job.errors)
 
@@ -183,6 +191,9 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
         for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors in message[1]:
-            job = Job(id=job_id, kind=kind, payload=payload, queue=queue, attempts=attempts,
-                      max_attempts=max_attempts, priority=priority, snoozes=snoozes, errors=errors or [])
-            send(fd, runner.run(job))
+            job = Job(id=job_id, kind=kind, payload=None if payload is None else json.loads(payload),
+                      queue=queue, attempts=attempts, max_attempts=max_attempts, priority=priority,
+                      snoozes=snoozes, errors=json.loads(errors) if errors else [])
+            started = time.perf_counter()
+            answer = runner.run(job)
+            send(fd, (*answer, time.perf_counter() - started))
