@@ -103,3 +103,13 @@ def stubborn(job: Job) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     record(job)
     time.sleep(3600)
+
+
+@app.handler("lingering", timeout=0.3)
+def lingering(job: Job) -> None:
+    """Ignores SIGTERM and outlives its timeout, but ends within the kill grace (2 s)."""
+    import signal
+
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    record(job)
+    time.sleep(float(job.payload.get("seconds", 1.0)))

@@ -170,6 +170,24 @@ def test_cancelling_a_running_job_stops_its_worker_and_leaves_the_rest_alone(con
     assert "job.cancelled" in sup.log()
 
 
+def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
+    # A handler that ignores SIGTERM and ends within the kill grace: the worker is killed as soon as it
+    # answers, and the job queued behind it runs in the new worker; it used to be given to the doomed
+    # worker and die at the kill time, failed with the first job's cause.
+    make_calls_table(conn)
+    slow, after = queue.enqueue_many(conn, [{"kind": "lingering", "payload": {"seconds": 1.0}},
+                                            {"kind": "sleep", "payload": {"seconds": 3}}])
+    sup = start(app=APP, procs=1)
+    wait_for(lambda: finished(conn, [slow, after]), 60, 0.05, "both jobs to finish")
+    assert job(conn, slow)["status"] == "done"  # it ended within the grace: it is done
+    a = job(conn, after)
+    assert (a["status"], a["attempts"], a["errors"]) == ("done", 1, []), a
+    [(_, slow_pid, _)] = calls(conn, slow)
+    [(_, after_pid, _)] = calls(conn, after)
+    assert after_pid != slow_pid  # not in the worker that was being stopped
+    assert "job.timed_out" in sup.log()
+
+
 def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
     queued, scheduled, finished_ = queue.enqueue_many(conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600},
                                                              {"kind": "ok"}])

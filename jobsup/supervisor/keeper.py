@@ -222,6 +222,16 @@ class Keeper:
                 self.on_outcome(worker, job, message[2], message[3], None, message[4] if len(message) > 4 else None)
             else:
                 self.on_outcome(worker, job, None, None, message[2] if len(message) > 2 else None, None)
+            if worker.stop_reason is not None:
+                # It was being stopped for the job it just answered (a timeout, a cancel, memory) and
+                # that job ended within the kill grace: the worker takes nothing more. It is killed now;
+                # a job behind it in its hand-out goes back with the attempt it barely began given back,
+                # not failed with the first job's cause at the kill time.
+                worker.stop_reason = f"interrupted: its worker was being stopped ({worker.stop_reason})"
+                worker.state = "busy" if worker.jobs else "stopping"
+                self._signal(worker, signal.SIGKILL)
+                worker.kill_at = None
+                return
             if worker.jobs:
                 worker.job_started = self.loop.time()  # type: ignore[union-attr]
                 worker.job_started_wall = time.time()

@@ -32,9 +32,16 @@ def restart_cause(cause: str) -> str:
     labels must have.
 
     >>> [restart_cause(c) for c in ("timed out after 1s", "worker killed: rss 900 MB over twice --max-memory 300 MB",
-    ...                             "worker exited with signal SIGSEGV", "worker killed (SIGKILL; out of memory?)")]
-    ['timeout', 'memory', 'crash', 'killed']
+    ...                             "worker exited with signal SIGSEGV", "worker killed (SIGKILL; out of memory?)",
+    ...                             "cancelled by ops@web-1",
+    ...                             "interrupted: its worker was being stopped (timed out after 1s)")]
+    ['timeout', 'memory', 'crash', 'killed', 'cancel', 'timeout']
     """
+    wrapped = "interrupted: its worker was being stopped ("  # the keeper's, for a job that ended in the grace
+    if cause.startswith(wrapped) and cause.endswith(")"):
+        cause = cause[len(wrapped):-1]
+    if cause.startswith("cancelled"):
+        return "cancel"
     if cause.startswith("timed out"):
         return "timeout"
     if "rss" in cause or "--max-memory" in cause:
