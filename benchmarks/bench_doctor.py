@@ -13,20 +13,17 @@ socket) and, for the health line, the server's execution time (EXPLAIN ANALYZE).
 from __future__ import annotations
 
 import argparse
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
-from jobsup import embedded
 from jobsup.doctor import run_checks
 from jobsup.health import health_warning
-from jobsup.migrate import migrate
 from jobsup.sql import STATEMENTS as SQL
+
+from benchmarks import scratch
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -59,35 +56,27 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sessions", type=int, default=50, help="idle sessions open meanwhile (default 50)")
     args = parser.parse_args(argv)
 
-    tmp = None if args.dsn else Path(tempfile.mkdtemp(prefix="jd", dir="/tmp"))
     idle: list[psycopg.Connection] = []
-    try:
-        dsn = args.dsn or embedded.ensure_running(tmp / "pg")
-        with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-            if conn.execute("SELECT EXISTS (SELECT 1 FROM jobsup.jobs)").fetchone()[0]:
-                print("the database already holds jobs: give an empty scratch database", file=sys.stderr)
-                return 1
-            idle = [psycopg.connect(dsn, autocommit=True) for _ in range(args.sessions)]
-            print(f"load average {open('/proc/loadavg').read().split()[0]}; {args.sessions} idle sessions; "
-                  f"medians of {args.calls} health lines and 5 doctor runs")
-            rows = [("empty jobs table", *measure(conn, args.calls))]
-            conn.execute("""
-                INSERT INTO jobsup.jobs (kind, status, attempts, done_at)
-                SELECT 'email', 'done', 1, now() FROM generate_series(1, %s)""", (args.done,))
-            conn.execute("VACUUM ANALYZE jobsup.jobs")
-            rows.append((f"{args.done:,} done jobs", *measure(conn, args.calls)))
-        print(f"{'':<22}{'health wall':>14}{'health server':>16}{'doctor wall':>14}")
-        for label, wall, server, doctor in rows:
-            print(f"{label:<22}{wall:>11.2f} ms{server:>13.2f} ms{doctor:>11.1f} ms")
-        print(f"health line, full / empty: {rows[1][1] / rows[0][1]:.2f}x wall, {rows[1][2] / rows[0][2]:.2f}x server")
-        return 0
-    finally:
-        for conn in idle:
-            conn.close()
-        if tmp is not None:
-            embedded.stop(tmp / "pg")
-            shutil.rmtree(tmp, ignore_errors=True)
+    with scratch.empty(args.dsn, "jd") as dsn:
+        try:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                idle = [psycopg.connect(dsn, autocommit=True) for _ in range(args.sessions)]
+                print(f"load average {open('/proc/loadavg').read().split()[0]}; {args.sessions} idle sessions; "
+                      f"medians of {args.calls} health lines and 5 doctor runs")
+                rows = [("empty jobs table", *measure(conn, args.calls))]
+                conn.execute("""
+                    INSERT INTO jobsup.jobs (kind, status, attempts, done_at)
+                    SELECT 'email', 'done', 1, now() FROM generate_series(1, %s)""", (args.done,))
+                conn.execute("VACUUM ANALYZE jobsup.jobs")
+                rows.append((f"{args.done:,} done jobs", *measure(conn, args.calls)))
+        finally:
+            for idle_conn in idle:
+                idle_conn.close()
+    print(f"{'':<22}{'health wall':>14}{'health server':>16}{'doctor wall':>14}")
+    for label, wall, server, doctor in rows:
+        print(f"{label:<22}{wall:>11.2f} ms{server:>13.2f} ms{doctor:>11.1f} ms")
+    print(f"health line, full / empty: {rows[1][1] / rows[0][1]:.2f}x wall, {rows[1][2] / rows[0][2]:.2f}x server")
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,19 +23,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import shutil
 import statistics
 import sys
-import tempfile
 import time
-from pathlib import Path
 
 import psycopg
 
-from jobsup import embedded
-from jobsup.migrate import migrate
 from jobsup.monitor.source import Source, _statements
 from jobsup.sql import STATEMENTS as SQL
+
+from benchmarks import scratch
 
 TARGET_MS = 20.0
 KINDS = ("email", "report", "resize", "webhook", "sms")
@@ -145,14 +142,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--refreshes", type=int, default=20, help="refreshes timed per measurement (default 20)")
     args = parser.parse_args(argv)
 
-    tmp = None if args.dsn else Path(tempfile.mkdtemp(prefix="jt", dir="/tmp"))
-    try:
-        dsn = args.dsn or embedded.ensure_running(tmp / "pg")
+    with scratch.empty(args.dsn, "jt") as dsn:
         with psycopg.connect(dsn, autocommit=True) as conn:
-            migrate(conn)
-            if conn.execute("SELECT EXISTS (SELECT 1 FROM jobsup.jobs)").fetchone()[0]:
-                print("the database already holds jobs: give an empty scratch database", file=sys.stderr)
-                return 1
             load_latency(conn)
             empty = statement_ms(conn, "latency_read", args.refreshes)
             started = time.perf_counter()
@@ -170,10 +161,6 @@ def main(argv: list[str] | None = None) -> int:
         verdict = "under" if worst < TARGET_MS else "OVER"
         print(f"database time {worst:.2f} ms: {verdict} the {TARGET_MS:g} ms target")
         return 0 if worst < TARGET_MS else 1
-    finally:
-        if tmp is not None:
-            embedded.stop(tmp / "pg")
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

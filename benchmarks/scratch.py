@@ -35,3 +35,22 @@ def database(server: str | None, name: str) -> Iterator[str]:
         if tmp is not None:
             embedded.stop(tmp / "pgdata")
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def empty(dsn: str | None, prefix: str) -> Iterator[str]:
+    """Yields `dsn` (a database to fill) or, without one, an embedded server's in a temporary directory,
+    stopped and removed afterwards; migrated either way. A database whose jobs table holds rows is
+    refused (SystemExit, exit 1): a benchmark that loads a million rows must not land in a real one."""
+    tmp = None if dsn else Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    try:
+        dsn = dsn or embedded.ensure_running(tmp / "pg")
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            migrate(conn)
+            if conn.execute("SELECT EXISTS (SELECT 1 FROM jobsup.jobs)").fetchone()[0]:
+                raise SystemExit("the database already holds jobs: give an empty scratch database")
+        yield dsn
+    finally:
+        if tmp is not None:
+            embedded.stop(tmp / "pg")
+            shutil.rmtree(tmp, ignore_errors=True)
