@@ -249,7 +249,8 @@ class Dispatcher:
             self.set_paused(set(queues))
 
     def _timed(self, job: Job, took: float) -> None:
-        """Count a finished attempt's queue latency (the database's clock) and run time (ours)."""
+        """Count a finished attempt's queue latency (the database's clock) and run time (`took`: what
+        the worker measured, or our own clock for a worker that died)."""
         if job.started_at is not None and job.run_at is not None:
             self.latency.record(job.kind, "queue_latency", (job.started_at - job.run_at).total_seconds())
         self.latency.record(job.kind, "run_time", took)
@@ -266,15 +267,14 @@ class Dispatcher:
         run_at = note.get("run_at")
         if isinstance(run_at, (int, float)) and run_at > time.time():
             self.note_run_at(run_at)
-        elif isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
+            return
+        if isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
             self.more = True  # an insert past our claim keys (see keys.py): they still hold
             self.claim_wakeup.set()
-            if self.tally is not None:
-                self.tally.wakeups += 1
         else:
             self.poke()
-            if self.tally is not None:
-                self.tally.wakeups += 1
+        if self.tally is not None:  # a NOTIFY that woke the claimer
+            self.tally.wakeups += 1
 
     def poke(self) -> None:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""

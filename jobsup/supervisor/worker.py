@@ -25,6 +25,10 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+from ..errors import NoHandler, ReturnValueError
+from ..job import encoded_json
+from ..outcomes import MAX_SNOOZES, Discard, RetryAfter, Snooze
+
 # How often a worker checks that its supervisor is still there, besides the parent-death signal.
 PARENT_CHECK_INTERVAL = 0.5
 
@@ -103,13 +107,10 @@ class Runner:
     The worker uses it, and so does jobsup.testing.drain to run jobs in the test's own process."""
 
     def __init__(self, app) -> None:  # app: jobsup.App
-        from ..outcomes import MAX_SNOOZES
-
         self.app = app
         self.handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
         self.max_snoozes = {kind: MAX_SNOOZES if h.max_snoozes is None else h.max_snoozes
                             for kind, h in app.handlers.items()}
-        self.default_max_snoozes = MAX_SNOOZES
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
@@ -118,10 +119,6 @@ class Runner:
         return self._loop
 
     def run(self, job) -> tuple:  # job: jobsup.Job
-        from ..errors import NoHandler, ReturnValueError
-        from ..job import encoded_json
-        from ..outcomes import Discard, RetryAfter, Snooze
-
         kind = job.kind
         try:
             if kind in self.handlers:
@@ -135,7 +132,7 @@ class Runner:
         except NoHandler as exc:
             return ("failed", job.id, str(exc), None)
         except Snooze as exc:
-            most = self.max_snoozes.get(kind, self.default_max_snoozes)
+            most = self.max_snoozes.get(kind, MAX_SNOOZES)
             if job.snoozes >= most:  # a cap, so a job cannot snooze for ever unnoticed
                 return ("failed", job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may "
                                           f"(max_snoozes={most})", None)
