@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import json
+import math
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
@@ -31,8 +32,20 @@ from .tally import Tally
 # they have been finishing jobs: many short jobs are claimed in few statements (each one a commit the
 # server must flush), while slow jobs are claimed about one per idle worker.
 PREFETCH_HORIZON = 0.05
-# Weight of the newest sample in the smoothed finishing rate and job duration.
-RATE_SMOOTHING = 0.3
+# The prefetch holds at most this many claims of --batch, and a claim of short jobs waits until it can
+# take a whole --batch: a full claim is on its way while the workers still have one to run. With one
+# claim's worth at most, each claim began when half of it was left; under CPU contention a claim took
+# longer than that half lasted, the workers ran dry before every claim came back, and a supervisor of
+# two workers claimed ~130 jobs at a time against ~250 for one of eight.
+PREFETCH_CLAIMS = 2
+# The finishing rate is sampled by the claim loop, over at least RATE_WINDOW. A rising rate is taken at
+# once, so a burst's claims grow with every claim: they grew once per 50 ms tick, and a supervisor of two
+# workers spent a fifth of a 20,000-job burst claiming 2 to 9 jobs at a time while its workers waited.
+# A falling rate decays with this time constant (seconds).
+RATE_WINDOW = 0.01
+RATE_DECAY = 0.15
+# Weight of the newest sample in the smoothed job duration.
+DURATION_SMOOTHING = 0.3
 # Jobs that take less than this on average go to a worker several at a time (at most HANDOUT_MAX), so
 # the supervisor writes one message per few jobs instead of one per job. A worker runs them in order
 # and answers each as it ends; if it dies, the one it was running fails and the rest are handed back.
@@ -110,7 +123,7 @@ class Dispatcher:
         self.jobs_done = 0
         self.finished = 0  # outcomes heard from workers, for the finishing rate
         self.rate = 0.0  # jobs finished per second, smoothed
-        self.duration = 1.0  # seconds a handler runs, smoothed; assume slow until measured
+        self.duration = 1.0  # seconds a handler runs, smoothed; assume slow until the first is measured
         self._rate_sample: tuple[float, int] | None = None
         # Queue latency and run time per kind, added to jobsup.latency with the outcome writes.
         self.tally = tally
@@ -122,7 +135,7 @@ class Dispatcher:
 
     def worker_ready(self, worker: Worker) -> None:
         if self.prefetched and not self.stopping:
-            self.keeper.assign(worker, self._handout(1))
+            self.keeper.assign(worker, self._handout(worker, 1))
         if self.more:
             self.claim_wakeup.set()
 
@@ -133,7 +146,7 @@ class Dispatcher:
         # through the pipes takes milliseconds, and counting it made a no-op job look long, so it was
         # sent alone, which made more trips, which kept it looking long (a 2-worker supervisor
         # sharing a core stayed at one job per message and ran at a tenth of the rate).
-        self.duration += RATE_SMOOTHING * (worker.ran - self.duration)
+        self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (worker.ran - self.duration)
         self._timed(job, worker.ran)
         if error is None:
             self.done_buffer.append(job)
@@ -293,30 +306,40 @@ class Dispatcher:
     # --- claiming ---------------------------------------------------------------------------
 
     def prefetch(self) -> int:
-        return max(self.config.prefetch, min(self.config.batch, int(self.rate * PREFETCH_HORIZON)))
+        # Bounded by what the handlers' own run time lets the workers start in the horizon: a window in
+        # which several slow jobs happened to end together reads as a high rate for one tick.
+        most = self.config.procs * PREFETCH_HORIZON / max(self.duration, 1e-6)
+        return max(self.config.prefetch,
+                   min(PREFETCH_CLAIMS * self.config.batch, int(min(self.rate * PREFETCH_HORIZON, most))))
 
     def capacity(self) -> int:
         return min(self.config.batch, len(self.keeper.idle()) + self.prefetch() - len(self.prefetched))
 
     def sample_rate(self, now: float) -> None:
-        """Update the smoothed finishing rate; called every tick of the supervisor."""
-        if self._rate_sample is not None:
-            then, count = self._rate_sample
-            if now > then:
-                current = (self.finished - count) / (now - then)
-                self.rate += RATE_SMOOTHING * (current - self.rate)
+        """Update the finishing rate: a rise at once, a fall smoothed over RATE_DECAY."""
+        if self._rate_sample is None:
+            self._rate_sample = (now, self.finished)
+            return
+        then, count = self._rate_sample
+        if now - then < RATE_WINDOW:
+            return
+        current = (self.finished - count) / (now - then)
+        weight = 1.0 if current > self.rate else -math.expm1(-(now - then) / RATE_DECAY)
+        self.rate += weight * (current - self.rate)
         self._rate_sample = (now, self.finished)
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.config.poll_interval
         while not self.stopping:
+            self.sample_rate(loop.time())
             want = self.capacity()
             # Short jobs with some still prefetched: wait until a claim can take a good share of what
-            # is wanted, rather than spend a commit on one or two. Slower jobs top the prefetch up at once.
+            # is wanted (half, or a whole --batch), rather than spend a commit on one or two. Slower jobs
+            # top the prefetch up at once.
             threshold = 1
             if self.prefetched and self.duration < SHORT_JOB:
-                threshold = max(1, (self.config.procs + self.prefetch()) // 2)
+                threshold = max(1, min(self.config.batch, (self.config.procs + self.prefetch()) // 2))
             if self.more and want >= threshold and self.keeper.ever_ready \
                     and not (self.paused and self.paused.issuperset(self.config.queues)):
                 pokes = self.pokes
@@ -397,23 +420,40 @@ class Dispatcher:
                                attempt=job.attempts, error=f"no handler for {job.kind}")
                 self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
             else:
-                self.prefetched.append(job)
+                self._prefetch(job)
         self.hand_out()
         if self.fail_buffer or self.release_buffer:
             self.flush_wakeup.set()
+
+    def _prefetch(self, job: Job) -> None:
+        """Queue a claimed job for the workers, in priority order: a job of a higher priority claimed
+        mid-drain goes before the lower ones prefetched earlier, so it waits only for what the workers
+        were already handed, not for up to two claims of others."""
+        prefetched = self.prefetched
+        if not prefetched or prefetched[-1].priority >= job.priority:
+            prefetched.append(job)  # as nearly always: a claim returns its jobs in priority order
+            return
+        for index, other in enumerate(prefetched):
+            if other.priority < job.priority:
+                prefetched.insert(index, job)
+                return
 
     def hand_out(self) -> None:
         if self.stopping:
             return
         idle = self.keeper.idle()
         while idle and self.prefetched:
-            self.keeper.assign(idle.pop(), self._handout(len(idle) + 1))
+            worker = idle.pop()
+            self.keeper.assign(worker, self._handout(worker, len(idle) + 1))
 
-    def _handout(self, idle: int) -> list[Job]:
-        """The next jobs for one of `idle` idle workers: one, or a few when jobs are short."""
+    def _handout(self, worker: Worker, idle: int) -> list[Job]:
+        """The next jobs for `worker`, one of `idle` idle workers: one, or a few when jobs are short,
+        but no more than it may run before --max-jobs-per-proc recycles it."""
         count = 1
         if self.duration < SHORT_JOB:
             count = min(HANDOUT_MAX, -(-len(self.prefetched) // idle))
+            if worker.recycle_after is not None:
+                count = max(1, min(count, worker.recycle_after - worker.jobs_done))
         return [self.prefetched.popleft() for _ in range(min(count, len(self.prefetched)))]
 
     # --- writing outcomes -------------------------------------------------------------------

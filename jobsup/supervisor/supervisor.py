@@ -270,7 +270,6 @@ class Supervisor:
         while True:
             await asyncio.sleep(TICK)
             self.keeper.check_timeouts()
-            self.dispatcher.sample_rate(asyncio.get_running_loop().time())  # type: ignore[union-attr]
             self.log.flush_repeats()
 
     # --- stopping ------------------------------------------------------------------------------
