@@ -13,6 +13,7 @@ builds it, which fails that attempt saying why.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 from .errors import BadInput, JobsupError
 
@@ -62,3 +63,16 @@ class Discard(HandlerVerb):
     def __init__(self, reason: str = "") -> None:
         self.reason = str(reason)
         super().__init__(self.reason)
+
+
+class Answer(NamedTuple):
+    """How one run of a handler ended: what a worker answers the supervisor with, and what
+    jobsup.testing.drain runs from. On the pipe it travels as the plain tuple ("answer", *answer);
+    jobsup.queue.record_of maps it to the statement that writes it."""
+
+    id: int
+    error: str | None = None  # None: done
+    traceback: str | None = None
+    value: str | None = None  # a done job's return value as JSON text; None when it returned None
+    verb: tuple | None = None  # a handler's ("snooze", seconds), ("retry", seconds) or ("discard",)
+    ran: float = 0.0  # seconds the handler ran, measured by the worker

@@ -16,6 +16,7 @@ import psycopg
 
 from .errors import BadInput
 from .job import Job, JobSpec, max_payload_bytes
+from .outcomes import Answer
 from .sql import STATEMENTS as SQL
 
 # Retry delay of attempt n: min(BACKOFF_CAP, BACKOFF_BASE * 2^(n-1)) seconds, less up to JITTER of it.
@@ -310,6 +311,33 @@ class Cancel:
     reason: str | None = None
     traceback: str | None = None
     by: str | None = None
+
+
+def record_of(job: Job, answer: Answer) -> Failure | Snoozed | Cancel | None:
+    """What writes `answer` of `job`'s attempt: None for done (complete), a Failure (fail; a
+    RetryAfter's with its delay), a Snoozed (snooze) or a Cancel (cancel_held, for a Discard).
+
+    >>> from datetime import datetime, timezone
+    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
+    >>> job = Job(7, "k", {}, "default", 2, 3, 0, t, t)
+    >>> record_of(job, Answer(7)) is None
+    True
+    >>> record_of(job, Answer(7, "Snooze: snoozed for 5s", verb=("snooze", 5.0)))
+    Snoozed(id=7, attempt=2, delay=5.0, reason='Snooze: snoozed for 5s')
+    >>> record_of(job, Answer(7, "RetryAfter: 429", "tb", verb=("retry", 60.0))).delay
+    60.0
+    >>> record_of(job, Answer(7, "Discard: gone", verb=("discard",))).by
+    'handler'
+    """
+    if answer.error is None:
+        return None
+    verb = answer.verb or ("fail",)
+    if verb[0] == "snooze":
+        return Snoozed(job.id, job.attempts, verb[1], answer.error)
+    if verb[0] == "discard":
+        return Cancel(job.id, job.attempts, answer.error, answer.traceback, by="handler")
+    return Failure(job.id, job.attempts, answer.error, answer.traceback,
+                   delay=verb[1] if verb[0] == "retry" else None)
 
 
 def _snooze_op(snoozed: Sequence[Snoozed], locked_by: str) -> _Op:

@@ -31,7 +31,8 @@ from . import queue
 from .app import App, load_app
 from .errors import AppNotFound, BadInput, JobsupError
 from .job import Job
-from .queue import BACKOFF_BASE, BACKOFF_CAP, Cancel, Failure, Snoozed
+from .outcomes import Answer
+from .queue import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
 from .sql import STATEMENTS as SQL
 
 # What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
@@ -106,33 +107,32 @@ def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None 
                 raise JobsupError(f"drain ran {max_runs} jobs and more are due (a job that snoozes or fails "
                                   f"for ever?); pass max_runs= to allow more")
             job = jobs[0]
-            message = runner.run(job._replace(errors=job.errors or []))
-            runs.append(_write(conn, job, message, locked_by, backoff_base, backoff_cap, jitter))
+            answer = runner.run(job._replace(errors=job.errors or []))
+            runs.append(_write(conn, job, answer, locked_by, backoff_base, backoff_cap, jitter))
     finally:
         runner.close()
 
 
-def _write(conn: psycopg.Connection, job: Job, message: tuple, locked_by: str, backoff_base: float,
+def _write(conn: psycopg.Connection, job: Job, answer: Answer, locked_by: str, backoff_base: float,
            backoff_cap: float, jitter: float) -> Ran:
-    held = [(job.id, job.attempts)]
-    if message[0] == "done":
-        value = message[2] if len(message) > 2 else None
-        queue.complete(conn, held, locked_by, [value] if value is not None else None)
+    """Write `answer` with the statement the supervisor's dispatcher would (queue.record_of), one job
+    at a time."""
+    record = queue.record_of(job, answer)
+    if record is None:
+        value = answer.value
+        queue.complete(conn, [(job.id, job.attempts)], locked_by, [value] if value is not None else None)
         return Ran(job.id, job.kind, job.attempts, "done", None, json.loads(value) if value is not None else None)
-    _, _, error, tb, *rest = message
-    verb = rest[0] if rest else None
-    if verb is not None and verb[0] == "snooze":
-        [outcome] = queue.snooze(conn, [Snoozed(job.id, job.attempts, verb[1], error)], locked_by) or [None]
+    if isinstance(record, Snoozed):
+        [outcome] = queue.snooze(conn, [record], locked_by) or [None]
         return Ran(job.id, job.kind, job.attempts, "snoozed" if outcome and outcome.status == "queued"
-                   else "cancelled", error)
-    if verb is not None and verb[0] == "discard":
-        queue.cancel_held(conn, [Cancel(job.id, job.attempts, error, tb, by="handler")], locked_by)
-        return Ran(job.id, job.kind, job.attempts, "cancelled", error)
-    delay = verb[1] if verb is not None else None  # RetryAfter
-    [outcome] = queue.fail(conn, [Failure(job.id, job.attempts, error, tb, delay=delay)], locked_by,
-                           backoff_base=backoff_base, backoff_cap=backoff_cap, jitter=jitter) or [None]
+                   else "cancelled", answer.error)
+    if isinstance(record, Cancel):
+        queue.cancel_held(conn, [record], locked_by)
+        return Ran(job.id, job.kind, job.attempts, "cancelled", answer.error)
+    [outcome] = queue.fail(conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap,
+                           jitter=jitter) or [None]
     status = outcome.status if outcome is not None else "failed"
-    return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), error)
+    return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), answer.error)
 
 
 def _target_of(app: App) -> str:
@@ -153,7 +153,7 @@ class _Inline:
 
         self.runner = Runner(app)
 
-    def run(self, job: Job) -> tuple:
+    def run(self, job: Job) -> Answer:
         return self.runner.run(job)
 
     def close(self) -> None:
@@ -212,7 +212,7 @@ class _Processes:
                 return "ended"
         return self.pending.pop(0)
 
-    def run(self, job: Job) -> tuple:
+    def run(self, job: Job) -> Answer:
         from .supervisor.keeper import exit_cause
         from .supervisor.wire import send
         from .supervisor.worker import job_fields
@@ -223,7 +223,7 @@ class _Processes:
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):
-            return message[:-1]  # without the run time the worker adds to every answer
+            return Answer(*message[1:])
         process = self.process
         if message == "timeout":
             cause = f"timed out after {limit:g}s"
@@ -237,7 +237,7 @@ class _Processes:
         cause = cause or exit_cause(process.exitcode)  # type: ignore[union-attr]
         self._close_pipes()
         self._start()
-        return ("failed", job.id, cause, None)
+        return Answer(job.id, cause)
 
     def _close_pipes(self) -> None:
         for end in (self.inbox, self.outbox):

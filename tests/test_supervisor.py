@@ -382,6 +382,7 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     measured from the supervisor's side would count the pipes, milliseconds on a loaded machine."""
     import multiprocessing
 
+    from jobsup.outcomes import Answer
     from jobsup.supervisor.wire import Reader, send
     from jobsup.supervisor.worker import worker_main
 
@@ -410,10 +411,11 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
         process.join(30)
         if process.is_alive():
             process.kill()
-    assert [(a[0], a[1]) for a in answers] == [("done", 1), ("done", 2), ("failed", 3)]
-    ran = [a[-1] for a in answers]
+    answers = [Answer(*a[1:]) for a in answers]
+    assert [(a.id, a.error is None) for a in answers] == [(1, True), (2, True), (3, False)]
+    ran = [a.ran for a in answers]
     assert all(isinstance(r, float) for r in ran), answers
     assert ran[0] >= 0.3, ran  # the sleep itself
     # The job after it waited in the worker's hand-out while the first ran: not counted as its time.
     assert ran[1] < 0.3, ran
-    assert answers[2][2].startswith("RuntimeError: raised on attempt 1"), answers[2]
+    assert answers[2].error.startswith("RuntimeError: raised on attempt 1"), answers[2]

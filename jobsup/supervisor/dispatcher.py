@@ -19,6 +19,7 @@ from collections.abc import Iterable, Mapping
 from .. import queue
 from ..job import Job
 from ..latency import Recorder
+from ..outcomes import Answer
 from ..queue import Cancel, ClaimKey, Failure, Snoozed
 from ..sql import STATEMENTS as SQL
 from .config import Config
@@ -139,42 +140,36 @@ class Dispatcher:
         if self.more:
             self.claim_wakeup.set()
 
-    def outcome(self, worker: Worker, job: Job, error: str | None, tb: str | None,
-                value: str | None = None, verb: tuple | None = None) -> None:
+    def outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
+        """A worker's answer for `job`, buffered for the write its record goes to (queue.record_of).
+        A cancel requested meanwhile wins in the statements themselves: a snoozed or failed job with
+        a request is written cancelled."""
         self.finished += 1
         # The handler's own run time, not the time since the handout: on a loaded machine the trip
         # through the pipes takes milliseconds, and counting it made a no-op job look long, so it was
         # sent alone, which made more trips, which kept it looking long (a 2-worker supervisor
         # sharing a core stayed at one job per message and ran at a tenth of the rate).
-        self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (worker.ran - self.duration)
-        self._timed(job, worker.ran)
-        if error is None:
+        self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (answer.ran - self.duration)
+        self._timed(job, answer.ran)
+        record = queue.record_of(job, answer)
+        if record is None:
             self.done_buffer.append(job)
-            if value is not None:
-                self.return_values[job.id] = value
-        elif verb is not None:
-            self._verb(worker, job, error, tb, verb)
-        else:
+            if answer.value is not None:
+                self.return_values[job.id] = answer.value
+        elif isinstance(record, Failure):  # a RetryAfter too
             self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
-                           attempt=job.attempts, pid=worker.pid, error=error)
-            self.fail_buffer.append(Failure(job.id, job.attempts, error, tb))
+                           attempt=job.attempts, pid=worker.pid, error=answer.error)
+            self.fail_buffer.append(record)
+        elif isinstance(record, Snoozed):
+            self.log("job.snoozed", "debug", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
+                     delay=f"{record.delay:g}s")
+            self.snooze_buffer.append(record)
+        else:  # a Discard
+            self.log("job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
+                     error=answer.error)
+            self.cancel_buffer.append(record)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
-
-    def _verb(self, worker: Worker, job: Job, error: str, tb: str | None, verb: tuple) -> None:
-        """A handler's Snooze, RetryAfter or Discard (jobsup.outcomes). A cancel requested meanwhile
-        wins in the statements themselves: a snoozed or failed job with a request is cancelled."""
-        if verb[0] == "snooze":
-            self.log("job.snoozed", "debug", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
-                     delay=f"{verb[1]:g}s")
-            self.snooze_buffer.append(Snoozed(job.id, job.attempts, verb[1], error))
-        elif verb[0] == "retry":
-            self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
-                           attempt=job.attempts, pid=worker.pid, error=error)
-            self.fail_buffer.append(Failure(job.id, job.attempts, error, tb, delay=verb[1]))
-        else:  # discard
-            self.log("job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, error=error)
-            self.cancel_buffer.append(Cancel(job.id, job.attempts, error, tb, by="handler"))
 
     def lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
         """The worker running `job` died, or was stopped for a timeout, a shutdown or a cancel."""

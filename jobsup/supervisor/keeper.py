@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from ..job import Job
+from ..outcomes import Answer
 from .config import Config
 from .log import EventLog
 from .tally import restart_cause
@@ -65,7 +66,6 @@ class Worker:
     jobs: deque[Job] = field(default_factory=deque)
     job_started: float = 0.0  # loop clock, when the first of `jobs` started
     job_started_wall: float = 0.0
-    ran: float = 0.0  # seconds the handler of its last answered job ran, as the worker measured it
     jobs_done: int = 0
     recycle_after: int | None = None
     stop_reason: str | None = None  # set when the keeper terminates it: the cause to record
@@ -95,9 +95,7 @@ class Slot:
     last_exit: str | None = None
 
 
-# (worker, job, error or None, traceback, return value as JSON text or None, the handler's verb or None:
-# ("snooze", seconds), ("retry", seconds) or ("discard",), see jobsup.outcomes)
-Outcome = Callable[[Worker, Job, str | None, str | None, str | None, tuple | None], None]
+Outcome = Callable[[Worker, Job, Answer], None]
 Lost = Callable[[Worker, Job, str, list[Job]], None]
 
 
@@ -211,17 +209,14 @@ class Keeper:
 
     def _message(self, worker: Worker, message: tuple) -> None:
         tag = message[0]
-        if tag in ("done", "failed"):
-            *message, worker.ran = message  # every answer ends with the handler's run time
+        if tag == "answer":
+            answer = Answer(*message[1:])
             job = worker.job
-            if job is None or job.id != message[1]:
+            if job is None or job.id != answer.id:
                 return  # an answer for a job we already counted as lost
             worker.jobs.popleft()
             worker.jobs_done += 1
-            if tag == "failed":
-                self.on_outcome(worker, job, message[2], message[3], None, message[4] if len(message) > 4 else None)
-            else:
-                self.on_outcome(worker, job, None, None, message[2] if len(message) > 2 else None, None)
+            self.on_outcome(worker, job, answer)
             if worker.stop_reason is not None:
                 # It was being stopped for the job it just answered (a timeout, a cancel, memory) and
                 # that job ended within the kill grace: the worker takes nothing more. It is killed now;

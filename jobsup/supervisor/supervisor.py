@@ -84,10 +84,9 @@ class Supervisor:
         if self.dispatcher is not None:
             self.dispatcher.worker_ready(worker)
 
-    def _outcome(self, worker: Worker, job, error: str | None, tb: str | None, value: str | None,
-                 verb: tuple | None) -> None:
+    def _outcome(self, worker: Worker, job, answer) -> None:
         assert self.dispatcher is not None
-        self.dispatcher.outcome(worker, job, error, tb, value, verb)
+        self.dispatcher.outcome(worker, job, answer)
 
     def _lost(self, worker: Worker, job, cause: str, unstarted: list) -> None:
         assert self.dispatcher is not None

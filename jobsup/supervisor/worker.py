@@ -2,14 +2,13 @@
 
 It never talks to the database. It reads ("jobs", [job, ...]) from its pipe (each payload as the JSON
 text the claim returned: parsed here, not in the supervisor's one thread), runs them in order and
-answers each with ("done", id), ("done", id, return value as JSON text) or ("failed", id, error,
-traceback), a failure that a handler's Snooze, RetryAfter or Discard decided ending with its verb:
-("snooze", seconds), ("retry", seconds) or ("discard",). Each answer is followed by one last field: the
-seconds its handler ran, measured here (the supervisor decides from it whether jobs are short enough to
-hand out several at a time, and records it as the job's run time; a time taken from its side would
-count the trip through the pipes, which a loaded machine stretches to milliseconds). Whatever kills it
-instead, the supervisor sees it go at once and records the failed attempt of the job it was running
-itself.
+answers each with ("answer", *Answer): its id, the error and traceback of a failure (None, None when
+done), a done job's return value as JSON text, the verb of a handler's Snooze, RetryAfter or Discard,
+and the seconds the handler ran, measured here (the supervisor decides from it whether jobs are short
+enough to hand out several at a time, and records it as the job's run time; a time taken from its side
+would count the trip through the pipes, which a loaded machine stretches to milliseconds). Whatever
+kills it instead, the supervisor sees it go at once and records the failed attempt of the job it was
+running itself.
 """
 
 from __future__ import annotations
@@ -27,7 +26,7 @@ from multiprocessing.connection import Connection
 
 from ..errors import NoHandler, ReturnValueError
 from ..job import encoded_json
-from ..outcomes import MAX_SNOOZES, Discard, RetryAfter, Snooze
+from ..outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
 
 # How often a worker checks that its supervisor is still there, besides the parent-death signal.
 PARENT_CHECK_INTERVAL = 0.5
@@ -103,8 +102,8 @@ def _load(app_target: str, django_settings: str):  # -> App
 
 
 class Runner:
-    """Runs jobs of an app's handlers and says how each ended, as the message a worker answers with.
-    The worker uses it, and so does jobsup.testing.drain to run jobs in the test's own process."""
+    """Runs jobs of an app's handlers and says how each ended (an Answer, its run time left to the
+    caller). The worker uses it, and so does jobsup.testing.drain to run jobs in the test's own process."""
 
     def __init__(self, app) -> None:  # app: jobsup.App
         self.app = app
@@ -118,7 +117,7 @@ class Runner:
             self._loop = asyncio.new_event_loop()
         return self._loop
 
-    def run(self, job) -> tuple:  # job: jobsup.Job
+    def run(self, job) -> Answer:  # job: jobsup.Job
         kind = job.kind
         try:
             if kind in self.handlers:
@@ -130,20 +129,20 @@ class Runner:
             if value is not None:
                 value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
         except NoHandler as exc:
-            return ("failed", job.id, str(exc), None)
+            return Answer(job.id, str(exc))
         except Snooze as exc:
             most = self.max_snoozes.get(kind, MAX_SNOOZES)
             if job.snoozes >= most:  # a cap, so a job cannot snooze for ever unnoticed
-                return ("failed", job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may "
-                                          f"(max_snoozes={most})", None)
-            return ("failed", job.id, f"Snooze: {exc}", None, ("snooze", exc.seconds))
+                return Answer(job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may "
+                                      f"(max_snoozes={most})")
+            return Answer(job.id, f"Snooze: {exc}", verb=("snooze", exc.seconds))
         except RetryAfter as exc:
-            return ("failed", job.id, _describe(exc), traceback.format_exc(limit=30), ("retry", exc.seconds))
+            return Answer(job.id, _describe(exc), traceback.format_exc(limit=30), verb=("retry", exc.seconds))
         except Discard as exc:
-            return ("failed", job.id, _describe(exc), None, ("discard",))
+            return Answer(job.id, _describe(exc), verb=("discard",))
         except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
-            return ("failed", job.id, _describe(exc), traceback.format_exc(limit=30))
-        return ("done", job.id) if value is None else ("done", job.id, value)
+            return Answer(job.id, _describe(exc), traceback.format_exc(limit=30))
+        return Answer(job.id, value=value)
 
 
 def job_fields(job) -> tuple:
@@ -193,4 +192,4 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                       snoozes=snoozes, errors=json.loads(errors) if errors else [])
             started = time.perf_counter()
             answer = runner.run(job)
-            send(fd, (*answer, time.perf_counter() - started))
+            send(fd, ("answer", *answer[:-1], time.perf_counter() - started))
