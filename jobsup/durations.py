@@ -55,3 +55,20 @@ def format_age(seconds: float | None) -> str:
     if seconds < 86400:
         return f"{int(seconds // 3600)}h{int(seconds % 3600 // 60):02d}m"
     return f"{int(seconds // 86400)}d{int(seconds % 86400 // 3600):02d}h"
+
+
+def format_seconds(seconds: float | None) -> str:
+    """A percentile as the tables show it.
+
+    >>> [format_seconds(s) for s in (None, 0.0123, 0.25, 4.2, 75.0)]
+    ['-', '12.3ms', '250ms', '4.20s', '1m15s']
+    """
+    if seconds is None:
+        return "-"
+    if seconds < 0.1:
+        return f"{seconds * 1000:.1f}ms"
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    if seconds < 60:
+        return f"{seconds:.2f}s"
+    return format_age(seconds)

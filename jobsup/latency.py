@@ -25,7 +25,6 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .durations import format_age
 from .sql import STATEMENTS as SQL
 
 # Upper bounds of one decade's buckets, in hundredths of its unit: 1.05 to 2 by 0.05, to 5 by 0.1,
@@ -220,23 +219,6 @@ class Recorder:
         if not self.pending:
             return None
         return max(0.0, self.written_at + WRITE_EVERY - now)
-
-
-def format_seconds(seconds: float | None) -> str:
-    """A percentile as the tables show it.
-
-    >>> [format_seconds(s) for s in (None, 0.0123, 0.25, 4.2, 75.0)]
-    ['-', '12.3ms', '250ms', '4.20s', '1m15s']
-    """
-    if seconds is None:
-        return "-"
-    if seconds < 0.1:
-        return f"{seconds * 1000:.1f}ms"
-    if seconds < 1:
-        return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.2f}s"
-    return format_age(seconds)
 
 
 # --- reading ------------------------------------------------------------------------------------------

@@ -5,8 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from .durations import format_age
-from .latency import WINDOWS, format_seconds as ms
+from .durations import format_age, format_seconds as ms
+from .latency import WINDOWS
 from .visibility import Snapshot
 
 _COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead", "cancelled")

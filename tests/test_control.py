@@ -4,7 +4,6 @@ Discard), `jobsup cancel`, `pause` / `resume`, `retry`, and migration 0005."""
 from __future__ import annotations
 
 import json
-import statistics
 import time
 
 import psycopg

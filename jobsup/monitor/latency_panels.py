@@ -7,6 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 
 from .. import latency
+from ..durations import format_seconds
 from . import figures as fig
 from .figures import Figures
 from .panels import Panel, Table, View, fill, left, right
@@ -39,7 +40,7 @@ class LatencyPanel(Panel):
             lat, run = k.get("queue_latency", self.window), k.get("run_time", self.window)
             if not lat.count and not run.count:
                 continue
-            fmt = latency.format_seconds
+            fmt = format_seconds
             rows.append((k.kind, [left(k.kind), right(fig.count(run.count)), right(fmt(lat.p50)),
                                   right(fmt(lat.p95), view.warning if k.rising else ""), right(fmt(run.p50)),
                                   right(fmt(run.p95)),
