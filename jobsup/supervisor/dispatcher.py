@@ -34,10 +34,11 @@ from .tally import Tally
 # server must flush), while slow jobs are claimed about one per idle worker.
 PREFETCH_HORIZON = 0.05
 # The prefetch holds at most this many claims of --batch, and a claim of short jobs waits until it can
-# take a whole --batch: a full claim is on its way while the workers still have one to run. With one
-# claim's worth at most, each claim began when half of it was left; under CPU contention a claim took
-# longer than that half lasted, the workers ran dry before every claim came back, and a supervisor of
-# two workers claimed ~130 jobs at a time against ~250 for one of eight.
+# take half the prefetch, a whole --batch at most: under a stream of short jobs a full claim is on its
+# way while the workers still have one to run. With one claim's worth at most, each claim began when
+# half of it was left; under CPU contention a claim took longer than that half lasted, the workers ran
+# dry before every claim came back, and a supervisor of two workers claimed ~130 jobs at a time against
+# ~250 for one of eight.
 PREFETCH_CLAIMS = 2
 # The finishing rate is sampled by the claim loop, over at least RATE_WINDOW. A rising rate is taken at
 # once, so a burst's claims grow with every claim: they grew once per 50 ms tick, and a supervisor of two
@@ -302,7 +303,7 @@ class Dispatcher:
 
     def prefetch(self) -> int:
         # Bounded by what the handlers' own run time lets the workers start in the horizon: a window in
-        # which several slow jobs happened to end together reads as a high rate for one tick.
+        # which several slow jobs happened to end together reads as a high rate, taken at once.
         most = self.config.procs * PREFETCH_HORIZON / max(self.duration, 1e-6)
         return max(self.config.prefetch,
                    min(PREFETCH_CLAIMS * self.config.batch, int(min(self.rate * PREFETCH_HORIZON, most))))
