@@ -92,6 +92,37 @@ class Wakeup:
         return woke
 
 
+class FinishingRate:
+    """Jobs finished per second, from samples of a running count at least RATE_WINDOW apart: a rise
+    is taken at once, a fall decays with the time constant RATE_DECAY.
+
+    >>> rate = FinishingRate()
+    >>> rate.sample(0.0, 0); rate.sample(0.005, 50)  # the second is too soon: no figure yet
+    >>> rate.per_second
+    0.0
+    >>> rate.sample(0.05, 500); round(rate.per_second)  # 500 jobs in 50 ms, taken at once
+    10000
+    >>> rate.sample(0.20, 500); round(rate.per_second)  # none for 150 ms: down by 1 - 1/e
+    3679
+    """
+
+    def __init__(self) -> None:
+        self.per_second = 0.0
+        self._last: tuple[float, int] | None = None  # (when, count) of the last sample taken
+
+    def sample(self, now: float, count: int) -> None:
+        if self._last is None:
+            self._last = (now, count)
+            return
+        then, before = self._last
+        if now - then < RATE_WINDOW:
+            return
+        current = (count - before) / (now - then)
+        weight = 1.0 if current > self.per_second else -math.expm1(-(now - then) / RATE_DECAY)
+        self.per_second += weight * (current - self.per_second)
+        self._last = (now, count)
+
+
 class Dispatcher:
     def __init__(self, config: Config, log: EventLog, supervisor_id: str, keeper: Keeper,
                  claims: Link, writes: Link, tally: Tally | None = None) -> None:
@@ -124,9 +155,8 @@ class Dispatcher:
         self.idle_wakeup = Wakeup()  # shutdown waits on it for running jobs to end
         self.jobs_done = 0
         self.finished = 0  # outcomes heard from workers, for the finishing rate
-        self.rate = 0.0  # jobs finished per second, smoothed
+        self.rate = FinishingRate()  # sampled by the claim loop
         self.duration = 1.0  # seconds a handler runs, smoothed; assume slow until the first is measured
-        self._rate_sample: tuple[float, int] | None = None
         # Queue latency and run time per kind, added to jobsup.latency with the outcome writes.
         self.tally = tally
         self.latency = Recorder(keep_totals=tally is not None)
@@ -304,31 +334,17 @@ class Dispatcher:
     def prefetch(self) -> int:
         # Bounded by what the handlers' own run time lets the workers start in the horizon: a window in
         # which several slow jobs happened to end together reads as a high rate, taken at once.
-        most = self.config.procs * PREFETCH_HORIZON / max(self.duration, 1e-6)
-        return max(self.config.prefetch,
-                   min(PREFETCH_CLAIMS * self.config.batch, int(min(self.rate * PREFETCH_HORIZON, most))))
+        expected = min(self.rate.per_second, self.config.procs / max(self.duration, 1e-6)) * PREFETCH_HORIZON
+        return max(self.config.prefetch, min(PREFETCH_CLAIMS * self.config.batch, int(expected)))
 
     def capacity(self) -> int:
         return min(self.config.batch, len(self.keeper.idle()) + self.prefetch() - len(self.prefetched))
-
-    def sample_rate(self, now: float) -> None:
-        """Update the finishing rate: a rise at once, a fall smoothed over RATE_DECAY."""
-        if self._rate_sample is None:
-            self._rate_sample = (now, self.finished)
-            return
-        then, count = self._rate_sample
-        if now - then < RATE_WINDOW:
-            return
-        current = (self.finished - count) / (now - then)
-        weight = 1.0 if current > self.rate else -math.expm1(-(now - then) / RATE_DECAY)
-        self.rate += weight * (current - self.rate)
-        self._rate_sample = (now, self.finished)
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.config.poll_interval
         while not self.stopping:
-            self.sample_rate(loop.time())
+            self.rate.sample(loop.time(), self.finished)
             want = self.capacity()
             # Short jobs with some still prefetched: wait until a claim can take a good share of what
             # is wanted (half, or a whole --batch), rather than spend a commit on one or two. Slower jobs
