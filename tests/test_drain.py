@@ -14,9 +14,6 @@ from jobsup.supervisor.dispatcher import HANDOUT_MAX
 from .helpers import wait_for
 from .supervisor_helpers import make_calls_table
 
-# What may run in workers ahead of a job of a higher priority just claimed: what was already handed to
-# them (HANDOUT_MAX each); it goes before every job of a lower priority prefetched (at most two claims).
-
 
 def load(conn, count: int, queues: list[str], kind: str = "record") -> None:
     """`count` jobs of priority 0 in one statement, spread round-robin over `queues` in id order."""
@@ -67,7 +64,8 @@ def test_a_high_priority_job_mid_drain_is_taken_by_the_next_claim_and_both_queue
     between = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE started_at > %s AND started_at < %s",
                            (committed, claimed)).fetchone()[0]
     assert between == 0
-    # It then waited only for what the workers had been handed when it was claimed, not for the prefetch.
+    # It then waited only for what the workers had been handed when it was claimed (HANDOUT_MAX each): it
+    # goes before every job of a lower priority prefetched (up to two claims).
     ahead = conn.execute("SELECT count(*) FROM calls WHERE at > %s AND at < %s AND job_id <> %s",
                          (claimed, ran, urgent)).fetchone()[0]
     assert ahead <= 2 * HANDOUT_MAX
