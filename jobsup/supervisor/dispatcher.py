@@ -423,6 +423,7 @@ class Dispatcher:
 
     def _take(self, jobs: Iterable[Job]) -> None:
         kinds = self.keeper.kinds
+        ready = []
         for job in jobs:
             self.held[job.id] = job
             if self.stopping or (self.paused and job.queue in self.paused):  # paused while the claim ran
@@ -432,23 +433,23 @@ class Dispatcher:
                                attempt=job.attempts, error=f"no handler for {job.kind}")
                 self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
             else:
-                self._prefetch(job)
+                ready.append(job)
+        self._prefetch(ready)
         self.hand_out()
         if self.fail_buffer or self.release_buffer:
             self.flush_wakeup.set()
 
-    def _prefetch(self, job: Job) -> None:
-        """Queue a claimed job for the workers, in priority order: a job of a higher priority claimed
-        mid-drain goes before the lower ones prefetched earlier, so it waits only for what the workers
-        were already handed, not for up to two claims of others."""
-        prefetched = self.prefetched
-        if not prefetched or prefetched[-1].priority >= job.priority:
-            prefetched.append(job)  # as nearly always: a claim returns its jobs in priority order
+    def _prefetch(self, claimed: list[Job]) -> None:
+        """Queue a claim's jobs for the workers, keeping the prefetch in priority order (a claim returns
+        its jobs in that order): a job of a higher priority claimed mid-drain goes before the lower ones
+        prefetched earlier, so it waits only for what the workers were already handed, not for up to
+        two claims of others. Equal priorities keep the order they were claimed in."""
+        if not claimed:
             return
-        for index, other in enumerate(prefetched):
-            if other.priority < job.priority:
-                prefetched.insert(index, job)
-                return
+        if not self.prefetched or self.prefetched[-1].priority >= claimed[0].priority:
+            self.prefetched.extend(claimed)  # as nearly always
+        else:
+            self.prefetched = deque(heapq.merge(self.prefetched, claimed, key=lambda job: -job.priority))
 
     def hand_out(self) -> None:
         if self.stopping:
