@@ -169,6 +169,12 @@ def test_three_supervisors_enqueue_each_fire_exactly_once(conn, dsn, start):
         sup.wait_log("scheduler.started")
     began = db_now(conn)
     wait_for(lambda: db_now(conn) > began + timedelta(seconds=6), timeout=30, message="6 s of fires")
+    # No fire while they stop: a stopping supervisor claims nothing more, and a fire its own scheduler
+    # enqueued after that would stay queued for the next one to start.
+    for name in ("tick", "minutely"):
+        assert jobsup("cron", "pause", name, "--dsn", dsn).returncode == 0
+    not_done = "SELECT count(*) FROM jobsup.jobs WHERE status <> 'done'"
+    wait_for(lambda: conn.execute(not_done).fetchone()[0] == 0, timeout=30, message="every fire run")
     for sup in sups:
         assert sup.stop() == 0, sup.log()
     ticks = fires(conn, "tick")
@@ -178,7 +184,7 @@ def test_three_supervisors_enqueue_each_fire_exactly_once(conn, dsn, start):
     assert minutes[:5] == [seeded + timedelta(seconds=1, minutes=n) for n in range(5)]
     assert_every_fire_once(minutes, timedelta(minutes=1))
     # Every fire was an ordinary job that ran.
-    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status <> 'done'").fetchone()[0] == 0
+    assert conn.execute(not_done).fetchone()[0] == 0
 
 
 @pytest.mark.parametrize("missed", ["latest", "none", "all"])
