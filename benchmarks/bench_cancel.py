@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.server import fresh_database  # noqa: E402
 from jobsup import queue  # noqa: E402
-from jobsup.control import cancel  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from jobsup.ops.control import cancel  # noqa: E402
+from jobsup.db.migrate import migrate  # noqa: E402
 
 
 def gone(pid: int) -> bool:

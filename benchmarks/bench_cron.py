@@ -30,8 +30,9 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import embedded, queue  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from jobsup.db import embedded
+from jobsup import queue  # noqa: E402
+from jobsup.db.migrate import migrate  # noqa: E402
 
 WARMUP = 3  # fires not measured: the supervisors are still starting
 SUPERVISORS = 3

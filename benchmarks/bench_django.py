@@ -8,7 +8,7 @@ Each run measures, alternating which goes first:
   - the same 2,000 inside one transaction (`atomic()` against `conn.transaction()`): the cost per call
     without the commit;
   - 20,000 no-op jobs through `jobsup start --procs 8`: the Django task `noop` (`--django`) against the
-    plain handler `noop` of jobsup/bench_app.py (`--app`), each from the enqueue's commit to the last
+    plain handler `noop` of jobsup/ops/bench_app.py (`--app`), each from the enqueue's commit to the last
     done. Both are enqueued in one statement, the Django ones with the payload the backend writes.
 Figures are medians over the runs; the machine is shared and noisy, so each ratio is within a run.
 """
@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from jobsup import queue  # noqa: E402
 
-from jobsup.benchmark import done_of, wait  # noqa: E402
+from jobsup.ops.bench import done_of, wait  # noqa: E402
 
 from .bench_supervisor import bench_args, run_all  # noqa: E402
 from .scratch import database as bench_database  # noqa: E402
@@ -75,7 +75,7 @@ def enqueue_rates(conn: psycopg.Connection) -> dict[str, float]:
 
 def noop_rate(dsn: str, conn: psycopg.Connection, procs: int, django: bool) -> float:
     kind = TASK_KIND if django else "noop"
-    mode = ["--django", SETTINGS] if django else ["--app", "jobsup.bench_app:app"]
+    mode = ["--django", SETTINGS] if django else ["--app", "jobsup.ops.bench_app:app"]
     env = {**os.environ, "JOBSUP_DSN": dsn, "PYTHONPATH": str(ROOT)}
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-django-", suffix=".log", delete=False)
     process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),

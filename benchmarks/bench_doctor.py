@@ -19,9 +19,9 @@ import time
 
 import psycopg
 
-from jobsup.doctor import run_checks
-from jobsup.health import health_warning
-from jobsup.sql import STATEMENTS as SQL
+from jobsup.ops.doctor import run_checks
+from jobsup.ops.health import health_warning
+from jobsup.db.sql import STATEMENTS as SQL
 
 from benchmarks import scratch
 

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import scratch  # noqa: E402
 from benchmarks.drain import ServerCPU  # noqa: E402
 from jobsup import benchmark  # noqa: E402
-from jobsup.sql import STATEMENTS as SQL  # noqa: E402
+from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
 
 LAYOUTS = {"1x8": (1, 8), "4x2": (4, 2)}
 

@@ -40,8 +40,9 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from jobsup import embedded, queue
-from jobsup.migrate import migrate
+from jobsup.db import embedded, lifecycle
+from jobsup import client
+from jobsup.db.migrate import migrate
 
 # Issue 2's targets: bulk enqueue in jobs/s, and claim+complete as a fraction of plain SQL.
 BULK_TARGET = 60_000
@@ -103,7 +104,7 @@ def payload(n: int) -> dict[str, Any]:
 def bulk_jobsup(conn: psycopg.Connection, n: int) -> float:
     jobs = [{"kind": KIND, "payload": payload(i)} for i in range(n)]
     start = time.perf_counter()
-    ids = queue.enqueue_many(conn, jobs)
+    ids = client.enqueue_many(conn, jobs)
     conn.commit()
     elapsed = time.perf_counter() - start
     assert len(ids) == n and None not in ids
@@ -124,7 +125,7 @@ def single_jobsup(conn: psycopg.Connection, n: int) -> float:
     payloads = [payload(i) for i in range(n)]
     start = time.perf_counter()
     for p in payloads:
-        queue.enqueue(conn, KIND, p)
+        client.enqueue(conn, KIND, p)
         conn.commit()
     return n / (time.perf_counter() - start)
 
@@ -144,10 +145,10 @@ def single_plain(conn: psycopg.Connection, n: int) -> float:
 
 
 def _step_jobsup(conn: psycopg.Connection, batch: int, locked_by: str) -> int:
-    jobs = queue.claim(conn, [QUEUE], batch, locked_by, LEASE)
+    jobs = lifecycle.claim(conn, [QUEUE], batch, locked_by, LEASE)
     if not jobs:
         return 0
-    done = queue.complete(conn, [(j.id, j.attempts) for j in jobs], locked_by)
+    done = lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs], locked_by)
     assert len(done) == len(jobs), (len(done), len(jobs))
     return len(done)
 
@@ -227,7 +228,7 @@ def load_for_claim(conn: psycopg.Connection, n: int) -> None:
     """`n` ready jobs in each table, statistics fresh and dirty pages flushed, so runs are comparable."""
     conn.execute(RESET)
     for start in range(0, n, 10_000):
-        queue.enqueue_many(conn, [{"kind": KIND, "payload": payload(i)} for i in range(start, min(n, start + 10_000))])
+        client.enqueue_many(conn, [{"kind": KIND, "payload": payload(i)} for i in range(start, min(n, start + 10_000))])
     with conn.cursor() as cur, cur.copy(PLAIN_COPY) as copy:
         for i in range(n):
             copy.write_row((KIND, json.dumps(payload(i), separators=(",", ":"))))

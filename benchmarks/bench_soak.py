@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.bench_soak [--dsn DSN] [--duration 10m] [--keep-done 60s]
         [--keep-dead 60s] [--procs 8] [--backlog 50000] [--hold-snapshot 3m:2m] [--json PATH]
 
-One `jobsup start --procs 8 --app jobsup.bench_app:app --keep-done 60s` on a database of its own,
+One `jobsup start --procs 8 --app jobsup.ops.bench_app:app --keep-done 60s` on a database of its own,
 an enqueuer that keeps --backlog jobs waiting (plain SQL INSERTs of 5,000 no-op jobs), and per minute:
   - jobs/s done (from the per-kind totals);
   - the claim's latency, p50 and p99: a probe connection runs the supervisor's own claim statement
@@ -44,7 +44,7 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.server import fresh_database  # noqa: E402
 from jobsup import queue  # noqa: E402
 from jobsup.durations import parse_duration  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from jobsup.db.migrate import migrate  # noqa: E402
 
 DATABASE = "jobsup_bench_soak"
 ENQUEUE_CHUNK = 5000
@@ -194,7 +194,7 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-soak-", suffix=".log", delete=False)
     process = subprocess.Popen(
         [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(args.procs),
-         "--app", "jobsup.bench_app:app", "--keep-done", str(args.keep_done), "--keep-dead",
+         "--app", "jobsup.ops.bench_app:app", "--keep-done", str(args.keep_done), "--keep-dead",
          str(args.keep_dead), *(["--prune-interval", str(args.prune_interval)] if args.prune_interval else [])],
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
     shared = Shared()

@@ -38,7 +38,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import drain, scratch  # noqa: E402
 from jobsup import benchmark  # noqa: E402
-from jobsup.sql import STATEMENTS as SQL  # noqa: E402
+from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
 
 PLAIN_JOBS = 20_000
 PLAIN_BATCH = 100

@@ -30,7 +30,7 @@ import time
 import psycopg
 
 from jobsup.monitor.source import Source, _statements
-from jobsup.sql import STATEMENTS as SQL
+from jobsup.db.sql import STATEMENTS as SQL
 
 from benchmarks import scratch
 

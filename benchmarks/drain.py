@@ -84,7 +84,7 @@ def drain_jobsup(conn: psycopg.Connection, dsn: str, depth: int, procs: int, cpu
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-drain-", suffix=".log", delete=False)
     done = "SELECT coalesce(sum(done), 0) FROM jobsup.kind_totals WHERE kind = 'noop'"
     process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                "--app", "jobsup.bench_app:app"], cwd=ROOT, env=env, stderr=log)
+                                "--app", "jobsup.ops.bench_app:app"], cwd=ROOT, env=env, stderr=log)
     try:
         sup = psutil.Process(process.pid)
         _wait(lambda: conn.execute(done).fetchone()[0] > 0, 120, "the first completion", process, log.name)

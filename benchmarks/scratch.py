@@ -12,8 +12,8 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo
 
-from jobsup import embedded
-from jobsup.migrate import migrate
+from jobsup.db import embedded
+from jobsup.db.migrate import migrate
 
 
 @contextmanager

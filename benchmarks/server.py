@@ -11,7 +11,7 @@ from pathlib import Path
 import psycopg
 from psycopg import conninfo
 
-from jobsup import embedded
+from jobsup.db import embedded
 
 
 @contextmanager

@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 import psycopg  # noqa: E402
 
-from jobsup import JobsupError, dsn as dsns, embedded  # noqa: E402
+from jobsup import JobsupError, embedded  # noqa: E402
+from jobsup.db import dsn as dsns
 from examples.demo_app import app  # noqa: E402
 
 PROCS = 8

@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 import psycopg  # noqa: E402
 from psycopg import conninfo  # noqa: E402
 
-from jobsup import App, Job, dsn as dsns, queue  # noqa: E402
-from jobsup.migrate import migrate  # noqa: E402
+from jobsup import App, Job, queue  # noqa: E402
+from jobsup.db import dsn as dsns
+from jobsup.db.migrate import migrate  # noqa: E402
 
 app = App()
 

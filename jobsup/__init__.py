@@ -10,28 +10,31 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
-
 # Public name -> the module of the package that defines it.
 _EXPORTS = {
     "App": "app", "Handler": "app", "load_app": "app", "JobsupError": "errors", "Job": "job",
-    "JobSpec": "job", "AsyncQueue": "pool", "Queue": "pool", "aenqueue": "queue", "aenqueue_many": "queue",
-    "enqueue": "queue", "enqueue_many": "queue",
+    "JobSpec": "job", "EnqueueOptions": "job", "AsyncQueue": "client", "Queue": "client",
+    "aenqueue": "client", "aenqueue_many": "client", "enqueue": "client", "enqueue_many": "client",
     "Snooze": "outcomes", "RetryAfter": "outcomes", "Discard": "outcomes",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
-    from .app import App, Handler, load_app
-    from .errors import JobsupError
-    from .job import Job, JobSpec
-    from .outcomes import Discard, RetryAfter, Snooze
-    from .pool import AsyncQueue, Queue
-    from .queue import aenqueue, aenqueue_many, enqueue, enqueue_many
+    from jobsup.app import App, Handler, load_app
+    from jobsup.errors import JobsupError
+    from jobsup.job import EnqueueOptions, Job, JobSpec
+    from jobsup.outcomes import Discard, RetryAfter, Snooze
+    from jobsup.client import AsyncQueue, Queue
+    from jobsup.client import aenqueue, aenqueue_many, enqueue, enqueue_many
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # pyproject.toml is the one place the version is set
+        from importlib.metadata import version
+
+        globals()[name] = value = version("jobsup")
+        return value
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'jobsup' has no attribute {name!r}")

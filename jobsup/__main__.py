@@ -1,4 +1,4 @@
-"""`python -m jobsup` and the `jobsup` command (pyproject's entry point is `main` here, not in cli.py, so
+"""`python -m jobsup` and the `jobsup` command (pyproject's entry point is `main` here, not in jobsup.cli, so
 that a Ctrl-C while the CLI's modules are still importing exits quietly with 130, not a traceback)."""
 
 import sys
@@ -8,7 +8,7 @@ EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module mus
 
 def main() -> int:
     try:
-        from .cli import main as cli_main
+        from jobsup.cli import main as cli_main
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     return cli_main()

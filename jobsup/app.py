@@ -7,14 +7,14 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
+from typing import Any, Unpack
 
 import psycopg
 
-from . import queue
-from .errors import AppNotFound, BadInput, NoHandler
-from .job import Job, JobSpec
-from .schedule import DEFAULT_MISSED_LIMIT, Schedule
+from jobsup import client
+from jobsup.errors import AppNotFound, BadInput, NoHandler
+from jobsup.job import EnqueueOptions, Job, JobSpec, make_spec
+from jobsup.schedule import DEFAULT_MISSED_LIMIT, Schedule
 
 HandlerFunc = Callable[[Job], Any]
 
@@ -93,35 +93,31 @@ class App:
         except KeyError:
             raise NoHandler(f"no handler for {kind}") from None
 
-    def spec(self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None, **opts: Any) -> JobSpec:
+    def spec(self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None,
+             options: Mapping[str, Any] | None = None) -> JobSpec:
         """A JobSpec whose unset options take the defaults its handler was registered with."""
-        if isinstance(kind, JobSpec):
-            return kind
-        fields = dict(kind) if isinstance(kind, Mapping) else {"kind": kind, "payload": payload, **opts}
-        handler = self.handlers.get(fields.get("kind"))  # type: ignore[arg-type]
-        if handler is not None:
-            for name in ("max_attempts", "queue", "priority"):
-                if getattr(handler, name) is not None:
-                    fields.setdefault(name, getattr(handler, name))
-        try:
-            return JobSpec(**fields)
-        except TypeError as exc:
-            raise BadInput(f"not a job: {exc}") from None
+        name = kind.get("kind") if isinstance(kind, Mapping) else kind
+        handler = self.handlers.get(name) if isinstance(name, str) else None
+        defaults = {} if handler is None else {
+            option: getattr(handler, option) for option in ("max_attempts", "queue", "priority")
+            if getattr(handler, option) is not None}
+        return make_spec(kind, payload, options, defaults)
 
-    def enqueue(self, conn: psycopg.Connection, kind: str, payload: Any = None, **opts: Any) -> int | None:
-        return queue.enqueue(conn, self.spec(kind, payload, **opts))
+    def enqueue(self, conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None,
+                **options: Unpack[EnqueueOptions]) -> int | None:
+        """jobsup.enqueue, with this app's handler defaults for what the call leaves out."""
+        return client.enqueue(conn, self.spec(kind, payload, options))
 
-    async def aenqueue(self, conn: psycopg.AsyncConnection, kind: str, payload: Any = None,
-                       **opts: Any) -> int | None:
-        return await queue.aenqueue(conn, self.spec(kind, payload, **opts))
+    async def aenqueue(self, conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None,
+                       **options: Unpack[EnqueueOptions]) -> int | None:
+        return await client.aenqueue(conn, self.spec(kind, payload, options))
 
-    def enqueue_many(self, conn: psycopg.Connection,
-                     jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
-        return queue.enqueue_many(conn, [self.spec(job) for job in jobs])
+    def enqueue_many(self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+        return client.enqueue_many(conn, [self.spec(job) for job in jobs])
 
-    async def aenqueue_many(self, conn: psycopg.AsyncConnection,
+    async def aenqueue_many(self, conn: psycopg.AsyncConnection[Any],
                             jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
-        return await queue.aenqueue_many(conn, [self.spec(job) for job in jobs])
+        return await client.aenqueue_many(conn, [self.spec(job) for job in jobs])
 
 
 def split_target(target: str) -> tuple[str, str]:

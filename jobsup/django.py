@@ -44,10 +44,10 @@ else:
     from django_tasks.signals import task_enqueued
     from django_tasks.utils import normalize_json
 
-from .app import App, Handler, load_app
-from .errors import AppNotFound, NoHandler
-from .job import DEFAULT_MAX_ATTEMPTS, Job, encoded_json
-from .sql import STATEMENTS as SQL
+from jobsup.app import App, Handler, load_app
+from jobsup.errors import AppNotFound, NoHandler
+from jobsup.job import DEFAULT_MAX_ATTEMPTS, Job, encoded_json
+from jobsup.db.sql import STATEMENTS as SQL
 
 # OPTIONS of a TASKS entry, with their defaults. Anything else is refused when the backend is built.
 OPTIONS: dict[str, Any] = {
@@ -226,7 +226,7 @@ def database(dsn: str | None = None) -> dict[str, Any]:
     the embedded PostgreSQL (started if need be), as every jobsup command resolves it."""
     from psycopg import conninfo
 
-    from .dsn import resolve
+    from jobsup.db.dsn import resolve
 
     params = conninfo.conninfo_to_dict(resolve(dsn))
     user = params.pop("user", "")

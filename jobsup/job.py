@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import difflib
 import json
 import os
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypedDict
 
-from .errors import BadInput, PayloadTooLarge
+from jobsup.errors import BadInput, PayloadTooLarge
 
 # Largest payload accepted, as compact JSON bytes, unless JOBSUP_MAX_PAYLOAD says otherwise. A queue
 # row is no place for files; pass a reference.
@@ -107,6 +109,62 @@ class JobSpec:
             raise BadInput(f"run_at of a {self.kind!r} job must be a datetime with a time zone")
         if self.unique_key is not None and (not isinstance(self.unique_key, str) or not self.unique_key):
             raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")
+
+
+class EnqueueOptions(TypedDict, total=False):
+    """The keyword options of every enqueue function: a misspelt one is a type error, and at run time a
+    BadInput that names it. An option left out takes the handler's default (through an App or a Queue
+    given one), else JobSpec's."""
+
+    queue: str
+    priority: int
+    delay: float
+    run_at: datetime | None
+    max_attempts: int
+    unique_key: str | None
+
+
+OPTIONS = tuple(EnqueueOptions.__annotations__)
+_SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
+
+
+def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
+    """BadInput naming the first option that is not one of `known`, with the closest one it may mean.
+
+    >>> _refuse_unknown({"priorty": 1}, OPTIONS, "enqueue")
+    Traceback (most recent call last):
+    ...
+    jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?); its options: queue, priority, delay, run_at, max_attempts, unique_key
+    """
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise BadInput(f"{what} has no option {name!r}{hint}; its options: {', '.join(known)}")
+
+
+def make_spec(kind: str | JobSpec | Mapping[str, Any], payload: Any = None,
+              options: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None) -> JobSpec:
+    """The JobSpec of an enqueue call: a JobSpec as it is, or a kind with its payload and options, or a
+    mapping of JobSpec's fields (one job of enqueue_many). `defaults` fill what the call leaves out."""
+    options = options or {}
+    if isinstance(kind, JobSpec):
+        if options:
+            raise BadInput(f"give the options of a {kind.kind!r} job in its JobSpec or as keywords, not both")
+        spec = kind
+    else:
+        if isinstance(kind, Mapping):
+            _refuse_unknown(kind, _SPEC_FIELDS, "a job of enqueue_many")
+            given: dict[str, Any] = dict(kind)
+        else:
+            _refuse_unknown(options, OPTIONS, "enqueue")
+            given = {"kind": kind, "payload": payload, **options}
+        try:
+            spec = JobSpec(**{**(defaults or {}), **given})
+        except TypeError as exc:  # no kind
+            raise BadInput(f"not a job: {exc}") from None
+    spec.validate()
+    return spec
 
 
 def encoded_json(value: Any, what: str, limit: int | None = None,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from .errors import BadInput, JobsupError
+from jobsup.errors import BadInput, JobsupError
 
 # Times a job may snooze before the next Snooze fails its attempt instead (a handler that snoozes for
 # ever would otherwise never be noticed). Per kind: app.handler(..., max_snoozes=N).

@@ -21,9 +21,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cronsim import CronSim, CronSimError
 
-from .durations import parse_duration
-from .errors import BadInput
-from .job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
+from jobsup.durations import parse_duration
+from jobsup.errors import BadInput
+from jobsup.job import DEFAULT_MAX_ATTEMPTS, DEFAULT_QUEUE
 
 MISSED_POLICIES = ("latest", "none", "all")
 # With missed="all", at most this many missed fires are enqueued (the most recent ones), unless the

@@ -27,13 +27,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from . import queue
-from .app import App, load_app
-from .errors import AppNotFound, BadInput, JobsupError
-from .job import Job
-from .outcomes import Answer
-from .queue import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
-from .sql import STATEMENTS as SQL
+from jobsup.db import lifecycle
+from jobsup.app import App, load_app
+from jobsup.errors import AppNotFound, BadInput, JobsupError
+from jobsup.job import Job
+from jobsup.outcomes import Answer
+from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
+from jobsup.db.sql import STATEMENTS as SQL
 
 # What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
 # that runs longer than this could lose its job to a supervisor's reaper sharing the database.
@@ -100,7 +100,7 @@ def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None 
             names = queues if queues is not None else [r[0] for r in conn.execute(SQL["testing_queues"])]
             if with_scheduled and names:
                 conn.execute(SQL["testing_due_now"], {"queues": list(names)})
-            jobs = queue.claim(conn, names, 1, locked_by, LEASE) if names else []
+            jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE) if names else []
             if not jobs:
                 return runs
             if len(runs) >= max_runs:
@@ -115,21 +115,21 @@ def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None 
 
 def _write(conn: psycopg.Connection, job: Job, answer: Answer, locked_by: str, backoff_base: float,
            backoff_cap: float, jitter: float) -> Ran:
-    """Write `answer` with the statement the supervisor's dispatcher would (queue.record_of), one job
+    """Write `answer` with the statement the supervisor's dispatcher would (lifecycle.record_of), one job
     at a time."""
-    record = queue.record_of(job, answer)
+    record = lifecycle.record_of(job, answer)
     if record is None:
         value = answer.value
-        queue.complete(conn, [(job.id, job.attempts)], locked_by, [value] if value is not None else None)
+        lifecycle.complete(conn, [(job.id, job.attempts)], locked_by, [value] if value is not None else None)
         return Ran(job.id, job.kind, job.attempts, "done", None, json.loads(value) if value is not None else None)
     if isinstance(record, Snoozed):
-        [outcome] = queue.snooze(conn, [record], locked_by) or [None]
+        [outcome] = lifecycle.snooze(conn, [record], locked_by) or [None]
         return Ran(job.id, job.kind, job.attempts, "snoozed" if outcome and outcome.status == "queued"
                    else "cancelled", answer.error)
     if isinstance(record, Cancel):
-        queue.cancel_held(conn, [record], locked_by)
+        lifecycle.cancel_held(conn, [record], locked_by)
         return Ran(job.id, job.kind, job.attempts, "cancelled", answer.error)
-    [outcome] = queue.fail(conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap,
+    [outcome] = lifecycle.fail(conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap,
                            jitter=jitter) or [None]
     status = outcome.status if outcome is not None else "failed"
     return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), answer.error)
@@ -149,7 +149,7 @@ def _target_of(app: App) -> str:
 
 class _Inline:
     def __init__(self, app: App) -> None:
-        from .supervisor.worker import Runner
+        from jobsup.supervisor.worker import Runner
 
         self.runner = Runner(app)
 
@@ -174,8 +174,8 @@ class _Processes:
         self._start()
 
     def _start(self) -> None:
-        from .supervisor.wire import Reader
-        from .supervisor.worker import worker_main
+        from jobsup.supervisor.wire import Reader
+        from jobsup.supervisor.worker import worker_main
 
         their_inbox, self.inbox = self.ctx.Pipe(duplex=False)
         self.outbox, their_outbox = self.ctx.Pipe(duplex=False)
@@ -213,9 +213,9 @@ class _Processes:
         return self.pending.pop(0)
 
     def run(self, job: Job) -> Answer:
-        from .supervisor.keeper import exit_cause
-        from .supervisor.wire import send
-        from .supervisor.worker import job_fields
+        from jobsup.supervisor.keeper import exit_cause
+        from jobsup.supervisor.wire import send
+        from jobsup.supervisor.worker import job_fields
 
         # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
         as_text = job._replace(payload=json.dumps(job.payload), errors=json.dumps(job.errors) if job.errors else None)
@@ -247,7 +247,7 @@ class _Processes:
                 pass
 
     def close(self) -> None:
-        from .supervisor.wire import send
+        from jobsup.supervisor.wire import send
 
         if self.process is None:
             return

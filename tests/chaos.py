@@ -27,8 +27,9 @@ from pathlib import Path
 
 import psycopg
 
-from jobsup import embedded, queue
-from jobsup.migrate import migrate
+from jobsup.db import embedded
+from jobsup import client
+from jobsup.db.migrate import migrate
 
 from .conftest import with_dbname
 from .supervisor_helpers import Supervisor
@@ -118,7 +119,7 @@ class Chaos:
                                               (keys,)).fetchall())
                     missing = [k for k in keys if k not in known]
                     if missing:
-                        queue.enqueue_many(conn, [{"kind": "chaos", "unique_key": k, "max_attempts": 1000}
+                        client.enqueue_many(conn, [{"kind": "chaos", "unique_key": k, "max_attempts": 1000}
                                                   for k in missing])
                     ids = dict(conn.execute("SELECT unique_key, id FROM jobsup.jobs WHERE unique_key = ANY(%s)",
                                             (keys,)).fetchall())

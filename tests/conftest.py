@@ -17,8 +17,8 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from jobsup import embedded
-from jobsup.migrate import migrate
+from jobsup.db import embedded
+from jobsup.db.migrate import migrate
 
 TEMPLATE = "jobsup_test_template"
 _counter = itertools.count()

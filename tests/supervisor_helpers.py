@@ -96,9 +96,9 @@ def status_counts(conn: psycopg.Connection) -> dict[str, int]:
 
 
 def enqueue_kinds(conn: psycopg.Connection, kinds: Sequence[str], **opts) -> list[int]:
-    from jobsup import queue
+    from jobsup import client
 
-    return queue.enqueue_many(conn, [dict(kind=k, **opts) for k in kinds])
+    return client.enqueue_many(conn, [dict(kind=k, **opts) for k in kinds])
 
 
 def alive(process: psutil.Process) -> bool:

@@ -6,7 +6,7 @@ import json
 
 import psycopg
 
-from jobsup import queue
+from jobsup import client
 
 from .conftest import with_dbname
 from .helpers import jobsup
@@ -44,7 +44,7 @@ def test_bench_in_a_scratch_database_drops_it(server_dsn):
 
 
 def test_bench_refuses_a_schema_with_jobs_and_touches_nothing(conn, dsn):
-    queue.enqueue(conn, "email")
+    client.enqueue(conn, "email")
     before = conn.execute("SELECT id, status, attempts FROM jobsup.jobs").fetchall()
     result = jobsup("bench", "--dsn", dsn)
     assert result.returncode == 2

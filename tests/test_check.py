@@ -8,8 +8,9 @@ import subprocess
 import sys
 from datetime import datetime, timedelta, timezone
 
-from jobsup import queue
-from jobsup.queue import Failure
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.db.lifecycle import Failure
 
 from .helpers import ROOT, cli_env, jobsup, wait_for
 from .supervisor_helpers import enqueue_kinds, status_counts
@@ -35,11 +36,11 @@ def test_check_exits_1_with_an_old_backlog_and_0_once_it_is_drained(dsn, conn, s
 
 def test_check_dead_reaped_queue_and_json(dsn, conn):
     long_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
-    queue.enqueue(conn, "email", run_at=long_ago)
-    queue.enqueue(conn, "sms", run_at=long_ago, queue="texts")
-    queue.enqueue_many(conn, [{"kind": "email", "max_attempts": 1, "queue": "mail"}] * 3)
-    claimed = queue.claim(conn, ["mail"], 3, "sup-a", 30)
-    queue.fail(conn, [Failure(j.id, 1, "smtp down") for j in claimed], "sup-a")  # 3 dead in queue mail
+    client.enqueue(conn, "email", run_at=long_ago)
+    client.enqueue(conn, "sms", run_at=long_ago, queue="texts")
+    client.enqueue_many(conn, [{"kind": "email", "max_attempts": 1, "queue": "mail"}] * 3)
+    claimed = lifecycle.claim(conn, ["mail"], 3, "sup-a", 30)
+    lifecycle.fail(conn, [Failure(j.id, 1, "smtp down") for j in claimed], "sup-a")  # 3 dead in queue mail
     conn.execute("INSERT INTO jobsup.events (action, supervisor, count, job_ids) VALUES ('reaped', 's', 7, '{1}')")
 
     result = jobsup("check", "--dsn", dsn, "--max-dead", "2", "--max-reaped-per-min", "5")
@@ -64,12 +65,12 @@ def test_check_dead_reaped_queue_and_json(dsn, conn):
 
 
 def test_the_exporter_serves_the_queue_wide_gauges(dsn, conn):
-    queue.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "queue": "texts"}])
-    queue.enqueue(conn, "email", delay=3600)
-    queue.enqueue_many(conn, [{"kind": "sms", "queue": "texts", "max_attempts": 1}] * 2)
-    claimed = queue.claim(conn, ["texts"], 3, "sup-a", 30)
+    client.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "queue": "texts"}])
+    client.enqueue(conn, "email", delay=3600)
+    client.enqueue_many(conn, [{"kind": "sms", "queue": "texts", "max_attempts": 1}] * 2)
+    claimed = lifecycle.claim(conn, ["texts"], 3, "sup-a", 30)
     doomed = next(j for j in claimed if j.max_attempts == 1)
-    queue.fail(conn, [Failure(doomed.id, 1, "no credit")], "sup-a")  # 1 dead, 2 running in texts
+    lifecycle.fail(conn, [Failure(doomed.id, 1, "no credit")], "sup-a")  # 1 dead, 2 running in texts
     port = free_port()
     exporter = subprocess.Popen([sys.executable, "-m", "jobsup", "metrics", "--dsn", dsn, "--port", str(port),
                                  "--host", "127.0.0.1"], cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,

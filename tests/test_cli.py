@@ -9,10 +9,11 @@ from datetime import datetime, timedelta, timezone
 
 import psycopg
 
-from jobsup import queue
-from jobsup.cli import ENQUEUE_CHUNK
-from jobsup.queue import Failure
-from jobsup.visibility import rows
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.cli.enqueue import ENQUEUE_CHUNK
+from jobsup.db.lifecycle import Failure
+from jobsup.ops.snapshot import rows
 
 from .helpers import ROOT, cli_env, jobsup
 
@@ -342,14 +343,14 @@ def test_help_shows_the_value_a_variable_sets(tmp_path):
 def make_state(conn: psycopg.Connection) -> None:
     """email: 2 ready, 1 scheduled, 1 running, 1 done, 2 dead (3 failed attempts); sms: 1 ready."""
     attempts = [3, 3, 1, 1, 3, 3, 3]
-    queue.enqueue_many(conn, [{"kind": "email", "max_attempts": n} for n in attempts])
-    queue.enqueue(conn, "email", delay=3600)
-    jobs_ = queue.claim(conn, ["default"], 5, "sup-a", 30)
+    client.enqueue_many(conn, [{"kind": "email", "max_attempts": n} for n in attempts])
+    client.enqueue(conn, "email", delay=3600)
+    jobs_ = lifecycle.claim(conn, ["default"], 5, "sup-a", 30)
     assert [j.max_attempts for j in jobs_] == attempts[:5]
-    queue.complete(conn, [(jobs_[0].id, 1)], "sup-a")
-    queue.fail(conn, [Failure(jobs_[1].id, 1, "smtp down")], "sup-a", backoff_base=3600)  # scheduled again
-    queue.fail(conn, [Failure(jobs_[2].id, 1, "smtp down"), Failure(jobs_[3].id, 1, "bad address")], "sup-a")
-    queue.enqueue(conn, "sms", {"to": "+1"}, queue="texts")
+    lifecycle.complete(conn, [(jobs_[0].id, 1)], "sup-a")
+    lifecycle.fail(conn, [Failure(jobs_[1].id, 1, "smtp down")], "sup-a", backoff_base=3600)  # scheduled again
+    lifecycle.fail(conn, [Failure(jobs_[2].id, 1, "smtp down"), Failure(jobs_[3].id, 1, "bad address")], "sup-a")
+    client.enqueue(conn, "sms", {"to": "+1"}, queue="texts")
 
 
 def test_stats_json_matches_the_database(dsn, conn):
@@ -393,9 +394,9 @@ def test_stats_of_an_empty_queue(dsn):
 
 def test_requeue_dead(dsn, conn):
     make_state(conn)
-    queue.enqueue(conn, "sms", max_attempts=1, queue="texts2")
-    [sms] = queue.claim(conn, ["texts2"], 1, "sup-a", 30)
-    queue.fail(conn, [Failure(sms.id, 1, "no credit")], "sup-a")
+    client.enqueue(conn, "sms", max_attempts=1, queue="texts2")
+    [sms] = lifecycle.claim(conn, ["texts2"], 1, "sup-a", 30)
+    lifecycle.fail(conn, [Failure(sms.id, 1, "no credit")], "sup-a")
     dead_email = [r[0] for r in conn.execute(
         "SELECT id FROM jobsup.jobs WHERE kind = 'email' AND status = 'dead' ORDER BY id")]
     assert len(dead_email) == 2
@@ -413,9 +414,9 @@ def test_requeue_dead(dsn, conn):
 
 
 def test_requeue_dead_takes_ids_after_one_flag_or_each_after_its_own(dsn, conn):
-    ids = queue.enqueue_many(conn, [{"kind": "x", "max_attempts": 1}] * 4)
-    claimed = queue.claim(conn, ["default"], 4, "sup-a", 30)
-    queue.fail(conn, [Failure(j.id, 1, "boom") for j in claimed], "sup-a")
+    ids = client.enqueue_many(conn, [{"kind": "x", "max_attempts": 1}] * 4)
+    claimed = lifecycle.claim(conn, ["default"], 4, "sup-a", 30)
+    lifecycle.fail(conn, [Failure(j.id, 1, "boom") for j in claimed], "sup-a")
     assert ok(dsn, "requeue-dead", "--id", str(ids[0]), str(ids[1])).strip() == \
         f"requeued 2 dead jobs (ids {ids[0]}, {ids[1]})"
     assert ok(dsn, "requeue-dead", "--id", str(ids[2]), "--id", str(ids[3])).strip() == \

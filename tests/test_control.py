@@ -9,7 +9,8 @@ import time
 import psycopg
 import pytest
 
-from jobsup import queue
+from jobsup.db import lifecycle
+from jobsup import client
 
 from .helpers import jobsup, wait_for
 from .supervisor_helpers import alive, make_calls_table
@@ -35,7 +36,7 @@ def finished(conn, ids) -> bool:
 
 
 def test_the_status_check_takes_cancelled_refuses_the_rest_and_was_added_without_a_scan(conn):
-    [job_id] = queue.enqueue_many(conn, [{"kind": "k"}])
+    [job_id] = client.enqueue_many(conn, [{"kind": "k"}])
     conn.execute("UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() WHERE id = %s", (job_id,))
     with pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE jobsup.jobs SET status = 'paused' WHERE id = %s", (job_id,))
@@ -47,10 +48,10 @@ def test_the_status_check_takes_cancelled_refuses_the_rest_and_was_added_without
 
 
 def test_cancelled_jobs_are_pruned_with_the_dead_and_counted(conn):
-    from jobsup.retention import Retention, aprunable, aprune
+    from jobsup.ops.prune import Retention, aprunable, aprune
     import asyncio
 
-    ids = queue.enqueue_many(conn, [{"kind": "k"}] * 3)
+    ids = client.enqueue_many(conn, [{"kind": "k"}] * 3)
     conn.execute("UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() - interval '8 days' "
                  "WHERE id = ANY(%s)", (ids[:2],))
     conn.execute("UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() WHERE id = %s", (ids[2],))
@@ -73,7 +74,7 @@ def test_cancelled_jobs_are_pruned_with_the_dead_and_counted(conn):
 
 def test_snooze_retry_after_and_discard_through_a_real_supervisor(conn, dsn, start):
     make_calls_table(conn)
-    snoozer, limited, discarded, bad = queue.enqueue_many(conn, [
+    snoozer, limited, discarded, bad = client.enqueue_many(conn, [
         {"kind": "snoozer", "payload": {"times": 2, "seconds": 0.3}},
         {"kind": "rate_limited", "payload": {"seconds": 0.6}},
         {"kind": "discarded"},
@@ -112,7 +113,7 @@ def test_snooze_retry_after_and_discard_through_a_real_supervisor(conn, dsn, sta
 
 
 def test_a_job_cannot_snooze_for_ever(conn, start):
-    [capped] = queue.enqueue_many(conn, [{"kind": "capped", "max_attempts": 2}])
+    [capped] = client.enqueue_many(conn, [{"kind": "capped", "max_attempts": 2}])
     start(app=APP)
     wait_for(lambda: finished(conn, [capped]), 60, 0.05, "the capped job to die")
     c = job(conn, capped)
@@ -139,7 +140,7 @@ def pid_gone(pid: int) -> bool:
 
 def test_cancelling_a_running_job_stops_its_worker_and_leaves_the_rest_alone(conn, dsn, start):
     make_calls_table(conn)
-    hour, other = queue.enqueue_many(conn, [{"kind": "stubborn"},  # ignores SIGTERM: SIGKILL after the grace
+    hour, other = client.enqueue_many(conn, [{"kind": "stubborn"},  # ignores SIGTERM: SIGKILL after the grace
                                             {"kind": "sleep", "payload": {"seconds": 4}}])
     sup = start(app=APP, procs=2)
     wait_for(lambda: len(calls(conn, hour)) == 1 and len(calls(conn, other)) == 1, 60, 0.02, "both jobs running")
@@ -174,7 +175,7 @@ def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
     # answers, and the job queued behind it runs in the new worker; it used to be given to the doomed
     # worker and die at the kill time, failed with the first job's cause.
     make_calls_table(conn)
-    slow, after = queue.enqueue_many(conn, [{"kind": "lingering", "payload": {"seconds": 1.0}},
+    slow, after = client.enqueue_many(conn, [{"kind": "lingering", "payload": {"seconds": 1.0}},
                                             {"kind": "sleep", "payload": {"seconds": 3}}])
     sup = start(app=APP, procs=1)
     wait_for(lambda: finished(conn, [slow, after]), 60, 0.05, "both jobs to finish")
@@ -188,7 +189,7 @@ def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
 
 
 def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
-    queued, scheduled, finished_ = queue.enqueue_many(conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600},
+    queued, scheduled, finished_ = client.enqueue_many(conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600},
                                                              {"kind": "ok"}])
     conn.execute("UPDATE jobsup.jobs SET status = 'done', done_at = now() WHERE id = %s", (finished_,))
 
@@ -217,7 +218,7 @@ def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
 
 
 def test_cancel_by_kind_and_queue(conn, dsn):
-    a, b, c = queue.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"},
+    a, b, c = client.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"},
                                         {"kind": "sms"}])
     result = jobsup("cancel", "--kind", "email", "--queue", "bulk", "--dsn", dsn)
     assert result.returncode == 0, result.stderr
@@ -246,7 +247,7 @@ def test_bad_input_is_one_line_and_exit_2(dsn, argv, message):
 
 def test_a_cancel_whose_notify_was_missed_is_found_by_the_lease_renewal(conn, start):
     make_calls_table(conn)
-    [hour] = queue.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3600}}])
+    [hour] = client.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3600}}])
     start("--lease", "900ms", app=APP, procs=1)  # renewed every 300 ms
     wait_for(lambda: calls(conn, hour), 60, 0.02, "the job to run")
     # The request without its NOTIFY (as if the listener was reconnecting when it was sent).
@@ -273,7 +274,7 @@ class Feed:
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             per_round = max(1, self.per_second // 50)
             while not self.stop.wait(0.02):
-                queue.enqueue_many(conn, [{"kind": "tick", "queue": q} for q in self.queues for _ in range(per_round)])
+                client.enqueue_many(conn, [{"kind": "tick", "queue": q} for q in self.queues for _ in range(per_round)])
 
     def close(self) -> None:
         self.stop.set()
@@ -340,7 +341,7 @@ def test_a_pause_whose_notify_was_missed_is_read_by_the_heartbeat(conn, dsn, sta
     conn.execute("INSERT INTO jobsup.queue_pauses (queue) VALUES ('default')")  # no NOTIFY
     sup.wait_log("queue.paused", 10)
     (since,) = conn.execute("SELECT clock_timestamp()").fetchone()
-    ids = queue.enqueue_many(conn, [{"kind": "tick"}] * 5)
+    ids = client.enqueue_many(conn, [{"kind": "tick"}] * 5)
     time.sleep(1)  # a span in which nothing may start
     assert started_by_queue(conn, since, db_now(conn)) == {}
     stats = jobsup("stats", "--json", "--dsn", dsn)
@@ -356,7 +357,7 @@ def test_a_pause_whose_notify_was_missed_is_read_by_the_heartbeat(conn, dsn, sta
 
 def test_retry_runs_a_job_waiting_for_its_backoff_now_and_reports_the_others(conn, dsn, start):
     make_calls_table(conn)
-    waiting, scheduled, due, done = queue.enqueue_many(conn, [
+    waiting, scheduled, due, done = client.enqueue_many(conn, [
         {"kind": "rate_limited", "payload": {"seconds": 3600}},  # RetryAfter(3600) on its first attempt
         {"kind": "ok", "delay": 3600, "queue": "later"}, {"kind": "ok", "queue": "later"},
         {"kind": "ok", "queue": "later"}])

@@ -13,7 +13,7 @@ import pytest
 from jobsup import App
 from jobsup.errors import BadInput
 from jobsup.schedule import Schedule
-from jobsup.sql import STATEMENTS as SQL
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.scheduler import choose
 
 from .helpers import cli_env, jobsup, wait_for

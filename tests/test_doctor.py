@@ -14,10 +14,11 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from jobsup import queue
-from jobsup.doctor import SUPERVISOR_LINKS, Thresholds, check_prepared, check_table, run_checks
-from jobsup.health import ahealth_warning, health_warning
-from jobsup.sql import STATEMENTS as SQL
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.ops.doctor import SUPERVISOR_LINKS, Thresholds, check_prepared, check_table, run_checks
+from jobsup.ops.health import ahealth_warning, health_warning
+from jobsup.db.sql import STATEMENTS as SQL
 
 from .helpers import cli_env, jobsup, wait_for
 from .test_cli import refused_all
@@ -172,7 +173,7 @@ def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
 def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, start):
     sup = start(procs=2)
     sup.wait_ready()
-    queue.enqueue(conn, queue.JobSpec("ok"))  # its first outcome opens the writes connection
+    client.enqueue(conn, queue.JobSpec("ok"))  # its first outcome opens the writes connection
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()[0] == 1,
              timeout=60, message="the job done")
 

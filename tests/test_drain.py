@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobsup import queue
+from jobsup.db import lifecycle
+from jobsup import client
 from jobsup.supervisor.dispatcher import HANDOUT_MAX
 
 from .helpers import wait_for
@@ -30,21 +31,21 @@ def server_clock(conn):
 
 
 def test_claim_from_keys_skips_the_level_before_them_and_reads_the_levels_around_it(conn):
-    low = queue.enqueue_many(conn, [{"kind": "k"}] * 6)
-    first = queue.claim(conn, ["default"], 3, "sup-a", 30)
+    low = client.enqueue_many(conn, [{"kind": "k"}] * 6)
+    first = lifecycle.claim(conn, ["default"], 3, "sup-a", 30)
     assert [j.id for j in first] == low[:3]
-    keys = queue.claim_keys(first)
+    keys = lifecycle.claim_keys(first)
     # A job put back before the key (here: one claimed, then released) is skipped while the key holds...
-    queue.release(conn, [(first[0].id, first[0].attempts)], "sup-a")
-    high = queue.enqueue(conn, "k", priority=5)
-    lower = queue.enqueue(conn, "k", priority=-1)
-    jobs = queue.claim(conn, ["default"], 3, "sup-a", 30, after=keys)
+    lifecycle.release(conn, [(first[0].id, first[0].attempts)], "sup-a")
+    high = client.enqueue(conn, "k", priority=5)
+    lower = client.enqueue(conn, "k", priority=-1)
+    jobs = lifecycle.claim(conn, ["default"], 3, "sup-a", 30, after=keys)
     # ...the level above is read from its head, the key's level from the key on.
     assert [j.id for j in jobs] == [high, low[3], low[4]]
-    jobs = queue.claim(conn, ["default"], 3, "sup-a", 30, after=queue.claim_keys(jobs))
+    jobs = lifecycle.claim(conn, ["default"], 3, "sup-a", 30, after=lifecycle.claim_keys(jobs))
     assert [j.id for j in jobs] == [low[5], lower]  # the level ran out: the levels below follow
     # Without keys the claim starts at the head again and finds what was put back.
-    assert [j.id for j in queue.claim(conn, ["default"], 3, "sup-a", 30)] == [low[0]]
+    assert [j.id for j in lifecycle.claim(conn, ["default"], 3, "sup-a", 30)] == [low[0]]
 
 
 def test_a_high_priority_job_mid_drain_is_taken_by_the_next_claim_and_both_queues_progress(conn, start):
@@ -54,7 +55,7 @@ def test_a_high_priority_job_mid_drain_is_taken_by_the_next_claim_and_both_queue
     start("--queues", "a,b", "--prefetch", "500", procs=2)
     wait_for(lambda: sum(done_by_queue(conn).values()) >= 1_000, timeout=120, message="the drain under way")
     before = done_by_queue(conn)
-    urgent = queue.enqueue(conn, "record", queue="a", priority=10)
+    urgent = client.enqueue(conn, "record", queue="a", priority=10)
     committed = server_clock(conn)  # after the enqueue's commit: any claim that began later sees the job
     wait_for(lambda: conn.execute("SELECT status = 'done' FROM jobsup.jobs WHERE id = %s", (urgent,)).fetchone()[0],
              timeout=60, message="the urgent job done")
@@ -82,7 +83,7 @@ def test_a_job_that_sorts_before_the_keys_is_not_left_until_the_backlog_drains(c
     start("--poll-interval", "60s", procs=2)  # keys then live for the whole drain unless let go
     wait_for(lambda: sum(done_by_queue(conn).values()) >= 2_000, timeout=120, message="the drain under way")
     # Due an hour ago: it sorts before every key, as a released or reaped job does at its old place.
-    early = queue.enqueue(conn, "ok", run_at=server_clock(conn) - timedelta(hours=1))
+    early = client.enqueue(conn, "ok", run_at=server_clock(conn) - timedelta(hours=1))
     wait_for(lambda: sum(done_by_queue(conn).values()) == 30_001, timeout=300, message="the drain's end")
     claimed = conn.execute("SELECT started_at FROM jobsup.jobs WHERE id = %s", (early,)).fetchone()[0]
     later = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE started_at > %s", (claimed,)).fetchone()[0]

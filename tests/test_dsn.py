@@ -14,9 +14,9 @@ import psutil
 import psycopg
 import pytest
 
-from jobsup import dsn as dsns
+from jobsup.db import dsn as dsns
 from jobsup.errors import DatabaseUnavailable
-from jobsup.migrate import LATEST, available
+from jobsup.db.migrate import LATEST, available
 
 from .conftest import TEMPLATE, with_dbname
 from .helpers import ROOT, cli_env, jobsup, wait_for

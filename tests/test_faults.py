@@ -13,7 +13,8 @@ import psutil
 import psycopg
 import pytest
 
-from jobsup import embedded, queue
+from jobsup.db import embedded, lifecycle
+from jobsup import client
 
 from .helpers import wait_for
 from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
@@ -29,7 +30,7 @@ def done_count(conn) -> int:
 
 def _claim_and_die(dsn: str) -> None:
     with psycopg.connect(dsn, autocommit=True) as conn:
-        queue.claim(conn, ["default"], 3, "doomed-worker", 0.3)
+        lifecycle.claim(conn, ["default"], 3, "doomed-worker", 0.3)
     os._exit(1)
 
 
@@ -104,7 +105,7 @@ def test_a_restarted_server_loses_no_job(conn, start, pg_data_dir):
 
 def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_jobs(conn, start):
     make_calls_table(conn)
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
+    ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
     first = start("--lease", "1s", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
     wait_for(lambda: len(first.workers()) == 2)
@@ -173,7 +174,7 @@ MOMENTS = {
     ("examples.slow_app:app", "supervisor.started"),
 ])
 def test_ctrl_c_while_starting_stops_quietly_and_leaves_nothing(conn, start, app, moment):
-    job_id = queue.enqueue(conn, "ok")
+    job_id = client.enqueue(conn, "ok")
     sup = start(app=app, procs=2)
     wait_for(lambda: MOMENTS[moment](sup), interval=0.001, message=moment)
     sup.signal(signal.SIGINT, group=True)  # as from the terminal: the workers get it too
@@ -203,7 +204,7 @@ def test_two_supervisors_share_the_work_without_duplicates(conn, start):
 
 def test_a_shutdown_with_the_database_gone_gives_up_in_time_and_the_jobs_come_back(conn, start, server_dsn):
     make_calls_table(conn)
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 1})] * 2)
+    ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 1})] * 2)
     sup = start("--shutdown-timeout", "300ms", "--lease", "1s", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 2, message="both running")
     name = conn.info.dbname
@@ -276,7 +277,7 @@ def test_a_table_that_grows_a_thousandfold_under_stale_statistics_keeps_its_leas
     sup = start("--lease", "2s", procs=4)
     sup.wait_ready()
     for n in range(1, 41):
-        queue.enqueue(conn, "ok")
+        client.enqueue(conn, "ok")
         wait_for(lambda: done_count(conn) == n, message=f"job {n}")
     enqueue_kinds(conn, ["ok"] * 20_000)
     wait_for(lambda: done_count(conn) == 20_040, timeout=90, message="20,000 more")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from jobsup import latency
-from jobsup.sql import STATEMENTS as SQL
+from jobsup.ops import latency
+from jobsup.db.sql import STATEMENTS as SQL
 
 from .helpers import wait_for
 from .supervisor_helpers import enqueue_kinds, status_counts
@@ -142,18 +142,19 @@ def test_rising_latency_is_marked(conn):
 def test_stats_shows_latency_expiring_leases_and_attempts(dsn, conn):
     import json
 
-    from jobsup import queue
-    from jobsup.queue import Failure
+    from jobsup.db import lifecycle
+    from jobsup import client
+    from jobsup.db.lifecycle import Failure
 
     from .helpers import jobsup
 
     conn.execute(SQL["latency_merge"], {"kinds": ["email", "email"], "metrics": ["queue_latency", "run_time"],
                                        "buckets": [latency.bucket(0.02), latency.bucket(0.5)], "counts": [4, 4]})
-    queue.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "max_attempts": 1}])
-    claimed = queue.claim(conn, ["default"], 4, "sup-a", 30)
+    client.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "max_attempts": 1}])
+    claimed = lifecycle.claim(conn, ["default"], 4, "sup-a", 30)
     sms = [j for j in claimed if j.kind == "sms"]
-    queue.fail(conn, [Failure(sms[0].id, 1, "no credit")], "sup-a")  # dead after its one attempt
-    queue.extend(conn, [(claimed[0].id, 1)], "sup-a", 5)  # the soonest to expire
+    lifecycle.fail(conn, [Failure(sms[0].id, 1, "no credit")], "sup-a")  # dead after its one attempt
+    lifecycle.extend(conn, [(claimed[0].id, 1)], "sup-a", 5)  # the soonest to expire
 
     result = jobsup("stats", "--json", "--dsn", dsn)
     assert result.returncode == 0, result.stderr
@@ -177,13 +178,14 @@ def test_stats_shows_latency_expiring_leases_and_attempts(dsn, conn):
 def test_the_console_shows_latency_leases_and_attempts_from_the_database(dsn, conn):
     import asyncio
 
-    from jobsup import queue
+    from jobsup.db import lifecycle
+    from jobsup import client
     from jobsup.monitor.source import Source
 
     conn.execute(SQL["latency_merge"], {"kinds": ["email"] * 2, "metrics": ["queue_latency", "run_time"],
                                        "buckets": [latency.bucket(0.3), latency.bucket(0.05)], "counts": [9, 9]})
-    queue.enqueue_many(conn, [{"kind": "email"}] * 2)
-    [job, _] = queue.claim(conn, ["default"], 2, "sup-a", 30)
+    client.enqueue_many(conn, [{"kind": "email"}] * 2)
+    [job, _] = lifecycle.claim(conn, ["default"], 2, "sup-a", 30)
 
     async def refresh():
         source = Source(dsn)

@@ -9,8 +9,8 @@ import threading
 import psycopg
 import pytest
 
-from jobsup import migrate as migrations
-from jobsup.migrate import LATEST, migrate, require_schema, schema_version
+from jobsup.db import migrate as migrations
+from jobsup.db.migrate import LATEST, migrate, require_schema, schema_version
 
 from .helpers import ROOT, cli_env, jobsup
 

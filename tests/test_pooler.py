@@ -9,7 +9,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from jobsup import Queue, queue
+from jobsup import Queue
+from jobsup import client
 from jobsup.monitor.figures import Scope
 from jobsup.monitor.source import Source
 
@@ -79,7 +80,7 @@ def test_supervisor_through_the_pooler_works_retries_and_stops(conn, dsn, pooled
         "SELECT DISTINCT client_addr::text FROM pg_stat_activity WHERE application_name LIKE 'jobsup %%'")}
     assert clients <= {None, "127.0.0.1/32"}
     # Shutdown through the pooler: the running job finishes, the row goes.
-    [slow] = queue.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3}}])
+    [slow] = client.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3}}])
     # Running in a worker, as the heartbeat says: `running` in the table is also a job claimed and not
     # started yet, which a stop rightly hands back unstarted.
     wait_for(lambda: slow in running_in_workers(conn), message="the slow job running in a worker")
@@ -155,7 +156,7 @@ def test_unknown_pooler_mode_is_exit_2(dsn, how):
 
 
 def test_the_pooler_setting_turns_prepared_statements_off(monkeypatch):
-    from jobsup import dsn as dsns
+    from jobsup.db import dsn as dsns
 
     monkeypatch.delenv("JOBSUP_POOLER", raising=False)
     assert dsns.prepare_threshold() == 5

@@ -11,11 +11,13 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from jobsup import queue
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.ops import control
 from jobsup.errors import BadInput, PayloadTooLarge
 from jobsup.job import EncodedPayload, JobSpec
-from jobsup.queue import Failure
-from jobsup.visibility import rows, snapshot
+from jobsup.db.lifecycle import Failure
+from jobsup.ops.snapshot import rows, snapshot
 
 from .helpers import wait_for
 
@@ -41,18 +43,18 @@ def totals(conn: psycopg.Connection) -> dict[str, tuple[int, int, int]]:
 
 
 def claim_one(conn: psycopg.Connection, locked_by: str = "sup-a", lease: float = 30, queues=("default",)):
-    [job] = queue.claim(conn, list(queues), 1, locked_by, lease)
+    [job] = lifecycle.claim(conn, list(queues), 1, locked_by, lease)
     return job
 
 
 def bury(conn: psycopg.Connection, jobs: list[tuple[str, str]], locked_by: str = "sup-a") -> list[int]:
     """Make one dead job per (kind, error); their ids in input order."""
-    ids = queue.enqueue_many(conn, [{"kind": kind, "payload": {"n": n}, "max_attempts": 1}
+    ids = client.enqueue_many(conn, [{"kind": kind, "payload": {"n": n}, "max_attempts": 1}
                                     for n, (kind, _) in enumerate(jobs)])
-    claimed = {j.id: j for j in queue.claim(conn, ["default"], len(jobs), locked_by, 30)}
+    claimed = {j.id: j for j in lifecycle.claim(conn, ["default"], len(jobs), locked_by, 30)}
     assert sorted(claimed) == sorted(ids)
     failures = [Failure(job_id, claimed[job_id].attempts, error) for job_id, (_, error) in zip(ids, jobs)]
-    outcomes = queue.fail(conn, failures, locked_by)
+    outcomes = lifecycle.fail(conn, failures, locked_by)
     assert {o.status for o in outcomes} == {"dead"}
     return ids
 
@@ -83,31 +85,31 @@ def listener(dsn: str):
 
 
 def test_enqueue_defaults(conn):
-    job_id = queue.enqueue(conn, "email", {"to": "a@example.com"})
+    job_id = client.enqueue(conn, "email", {"to": "a@example.com"})
     row = job_row(conn, job_id)
     assert row["kind"] == "email" and row["payload"] == {"to": "a@example.com"}
     assert (row["queue"], row["status"], row["priority"], row["attempts"], row["max_attempts"]) == \
         ("default", "queued", 0, 0, 3)
     assert row["run_at"] == row["created_at"]
     assert row["errors"] == [] and row["last_error"] is None and row["locked_by"] is None
-    assert job_row(conn, queue.enqueue(conn, "ping"))["payload"] == {}
+    assert job_row(conn, client.enqueue(conn, "ping"))["payload"] == {}
 
 
 def test_enqueue_options(conn):
-    job_id = queue.enqueue(conn, "report", [1, 2], queue="slow", priority=-7, delay=1.5, max_attempts=9)
+    job_id = client.enqueue(conn, "report", [1, 2], queue="slow", priority=-7, delay=1.5, max_attempts=9)
     row = job_row(conn, job_id)
     assert (row["queue"], row["priority"], row["max_attempts"], row["payload"]) == ("slow", -7, 9, [1, 2])
     assert row["run_at"] - row["created_at"] == timedelta(seconds=1.5)
 
     when = datetime(2031, 5, 6, 7, 8, 9, tzinfo=timezone(timedelta(hours=2)))
-    row = job_row(conn, queue.enqueue(conn, "report", run_at=when))
+    row = job_row(conn, client.enqueue(conn, "report", run_at=when))
     assert row["run_at"] == when
     # delay counts from run_at when both are given
-    row = job_row(conn, queue.enqueue(conn, "report", run_at=when, delay=60))
+    row = job_row(conn, client.enqueue(conn, "report", run_at=when, delay=60))
     assert row["run_at"] == when + timedelta(seconds=60)
 
     spec = JobSpec("report", {"a": 1}, queue="q2", priority=3, unique_key="r-1")
-    row = job_row(conn, queue.enqueue(conn, spec))
+    row = job_row(conn, client.enqueue(conn, spec))
     assert (row["queue"], row["priority"], row["unique_key"], row["payload"]) == ("q2", 3, "r-1", {"a": 1})
 
 
@@ -141,38 +143,38 @@ def test_enqueue_refuses_bad_input(conn):
     # one database for all the cases: each must be refused before anything reaches it
     for args, opts in BAD_INPUTS:
         with pytest.raises(BadInput):
-            queue.enqueue(conn, *args, **opts)
+            client.enqueue(conn, *args, **opts)
             pytest.fail(f"enqueue{args!r} with {opts!r} was accepted")
         bad = {"kind": args[0], "payload": args[1] if len(args) > 1 else None, **opts}
         with pytest.raises(BadInput):
-            queue.enqueue_many(conn, [{"kind": "fine"}, bad])
+            client.enqueue_many(conn, [{"kind": "fine"}, bad])
             pytest.fail(f"enqueue_many with {bad!r} was accepted")
     assert count(conn) == 0
     # the NUL check is not fooled by an escaped backslash followed by "u0000"
-    assert queue.enqueue(conn, "k", {"text": "a\\u0000b"}) is not None
+    assert client.enqueue(conn, "k", {"text": "a\\u0000b"}) is not None
 
 
 def test_payload_size_limit(conn):
     limit = 1_000_000  # MAX_PAYLOAD_BYTES, compact JSON bytes
     at_limit = "x" * (limit - 2)  # the two quotes make it exactly the limit
-    assert queue.enqueue(conn, "big", at_limit) is not None
+    assert client.enqueue(conn, "big", at_limit) is not None
     with pytest.raises(PayloadTooLarge, match="JOBSUP_MAX_PAYLOAD"):
-        queue.enqueue(conn, "big", at_limit + "x")
+        client.enqueue(conn, "big", at_limit + "x")
     # the limit is in bytes, not characters
     with pytest.raises(PayloadTooLarge):
-        queue.enqueue(conn, "big", "é" * (limit // 2))
+        client.enqueue(conn, "big", "é" * (limit // 2))
     # A payload the CLI encoded already is stored as that JSON, and still held to the limit.
-    assert queue.enqueue(conn, "pre", EncodedPayload('{"a":[1,"b"]}')) is not None
-    assert queue.enqueue(conn, "pre", EncodedPayload('"x"')) is not None  # stays a string, not re-encoded
+    assert client.enqueue(conn, "pre", EncodedPayload('{"a":[1,"b"]}')) is not None
+    assert client.enqueue(conn, "pre", EncodedPayload('"x"')) is not None  # stays a string, not re-encoded
     with pytest.raises(PayloadTooLarge):
-        queue.enqueue(conn, "pre", EncodedPayload(json.dumps(at_limit + "x")))
+        client.enqueue(conn, "pre", EncodedPayload(json.dumps(at_limit + "x")))
     assert [r[0] for r in conn.execute("SELECT payload FROM jobsup.jobs WHERE kind = 'pre' ORDER BY id")] == \
         [{"a": [1, "b"]}, "x"]
     assert count(conn) == 3
 
 
 def test_enqueue_many_maps_ids_to_inputs(conn):
-    live = queue.enqueue(conn, "k", {"n": "live"}, unique_key="live")
+    live = client.enqueue(conn, "k", {"n": "live"}, unique_key="live")
     inputs = [
         {"kind": "k", "payload": {"n": 0}, "unique_key": "x"},
         {"kind": "k", "payload": {"n": 1}},
@@ -183,7 +185,7 @@ def test_enqueue_many_maps_ids_to_inputs(conn):
         JobSpec("k", {"n": 6}, unique_key="y"),
         JobSpec("k", {"n": 7}, unique_key="z"),
     ]
-    ids = queue.enqueue_many(conn, inputs)
+    ids = client.enqueue_many(conn, inputs)
     assert len(ids) == len(inputs)
     assert [i is None for i in ids] == [False, False, True, False, True, False, True, False]
     for n, job_id in enumerate(ids):
@@ -191,33 +193,33 @@ def test_enqueue_many_maps_ids_to_inputs(conn):
             assert job_row(conn, job_id)["payload"] == {"n": n}
     assert count(conn) == 1 + 5
     assert job_row(conn, live)["payload"] == {"n": "live"}
-    assert queue.enqueue_many(conn, []) == []
+    assert client.enqueue_many(conn, []) == []
 
 
 def test_unique_key_dedup_and_reuse(conn):
-    first = queue.enqueue(conn, "k", {"v": 1}, unique_key="K")
+    first = client.enqueue(conn, "k", {"v": 1}, unique_key="K")
     assert first is not None
-    assert queue.enqueue(conn, "k", {"v": 2}, unique_key="K") is None
+    assert client.enqueue(conn, "k", {"v": 2}, unique_key="K") is None
     job = claim_one(conn)
-    assert queue.enqueue(conn, "k", {"v": 3}, unique_key="K") is None  # running still holds the key
-    assert queue.complete(conn, [(job.id, job.attempts)], "sup-a") == [first]
-    second = queue.enqueue(conn, "k", {"v": 4}, unique_key="K")  # a done job's key is free again
+    assert client.enqueue(conn, "k", {"v": 3}, unique_key="K") is None  # running still holds the key
+    assert lifecycle.complete(conn, [(job.id, job.attempts)], "sup-a") == [first]
+    second = client.enqueue(conn, "k", {"v": 4}, unique_key="K")  # a done job's key is free again
     assert second is not None and second != first
-    assert queue.enqueue_many(conn, [{"kind": "k", "unique_key": "K"}]) == [None]
+    assert client.enqueue_many(conn, [{"kind": "k", "unique_key": "K"}]) == [None]
     assert count(conn, "unique_key = 'K'") == 2
 
 
 def test_transactional_enqueue(dsn, conn, listener):
     with psycopg.connect(dsn) as tx:  # not autocommit: enqueue joins the caller's transaction
-        queue.enqueue(tx, "email", {"n": 1})
-        queue.enqueue_many(tx, [{"kind": "email"}, {"kind": "email"}])
+        client.enqueue(tx, "email", {"n": 1})
+        client.enqueue_many(tx, [{"kind": "email"}, {"kind": "email"}])
         assert notifications_before_marker(listener, conn) == []
         assert count(conn) == 0
         tx.rollback()
         assert notifications_before_marker(listener, conn) == []
         assert count(conn) == 0
 
-        job_id = queue.enqueue(tx, "email", {"n": 2})
+        job_id = client.enqueue(tx, "email", {"n": 2})
         assert count(conn) == 0
         assert notifications_before_marker(listener, conn) == []  # not before commit
         tx.commit()
@@ -227,7 +229,7 @@ def test_transactional_enqueue(dsn, conn, listener):
 
 
 def test_one_notify_per_insert_statement(conn, listener):
-    ids = queue.enqueue_many(conn, [{"kind": "bulk", "payload": {"n": n}} for n in range(10_000)])
+    ids = client.enqueue_many(conn, [{"kind": "bulk", "payload": {"n": n}} for n in range(10_000)])
     assert len(ids) == 10_000 and None not in ids and ids == sorted(ids)
     [note] = notifications_before_marker(listener, conn)
     assert len(note.payload.encode()) < 8000
@@ -237,17 +239,17 @@ def test_one_notify_per_insert_statement(conn, listener):
     assert float(body["run_at"]) == pytest.approx(earliest, abs=1e-3)
 
     # a few queues are named; many queues (or long names) become [] ("look at every queue")
-    queue.enqueue_many(conn, [{"kind": "bulk", "queue": f"q{n % 3}"} for n in range(10_000)])
+    client.enqueue_many(conn, [{"kind": "bulk", "queue": f"q{n % 3}"} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
     assert sorted(json.loads(note.payload)["queues"]) == ["q0", "q1", "q2"]
-    queue.enqueue_many(conn, [{"kind": "bulk", "queue": f"queue-{n % 500}" * 20} for n in range(10_000)])
+    client.enqueue_many(conn, [{"kind": "bulk", "queue": f"queue-{n % 500}" * 20} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
     assert len(note.payload.encode()) < 8000 and json.loads(note.payload)["queues"] == []
 
     # a statement that inserts nothing (every key live already) sends nothing
-    queue.enqueue(conn, "k", unique_key="u")
+    client.enqueue(conn, "k", unique_key="u")
     assert len(notifications_before_marker(listener, conn)) == 1
-    assert queue.enqueue_many(conn, [{"kind": "k", "unique_key": "u"}] * 3) == [None] * 3
+    assert client.enqueue_many(conn, [{"kind": "k", "unique_key": "u"}] * 3) == [None] * 3
     assert notifications_before_marker(listener, conn) == []
 
 
@@ -257,18 +259,18 @@ def test_async_forms(dsn):
 
 async def _async_forms(dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-        job_id = await queue.aenqueue(aconn, "a", {"x": 1})
-        assert await queue.aenqueue_many(aconn, [{"kind": "a"}, {"kind": "a", "unique_key": "k"},
+        job_id = await client.aenqueue(aconn, "a", {"x": 1})
+        assert await client.aenqueue_many(aconn, [{"kind": "a"}, {"kind": "a", "unique_key": "k"},
                                                  {"kind": "a", "unique_key": "k"}]) == [job_id + 1, job_id + 2, None]
-        jobs = await queue.aclaim(aconn, ["default"], 10, "sup-a", 30)
+        jobs = await lifecycle.aclaim(aconn, ["default"], 10, "sup-a", 30)
         assert [j.id for j in jobs] == [job_id, job_id + 1, job_id + 2]
-        assert await queue.acomplete(aconn, [(jobs[0].id, 1)], "sup-a") == [job_id]
-        [outcome] = await queue.afail(aconn, [Failure(jobs[1].id, 1, "e")], "sup-a")
+        assert await lifecycle.acomplete(aconn, [(jobs[0].id, 1)], "sup-a") == [job_id]
+        [outcome] = await lifecycle.afail(aconn, [Failure(jobs[1].id, 1, "e")], "sup-a")
         assert outcome.status == "queued"
-        assert await queue.aextend(aconn, [(jobs[2].id, 1)], "sup-a", 60) == [jobs[2].id]
-        assert await queue.arelease(aconn, [(jobs[2].id, 1)], "sup-a") == [jobs[2].id]
-        assert await queue.areap(aconn, "reaper") == []
-        assert await queue.arequeue_dead(aconn) == []
+        assert await lifecycle.aextend(aconn, [(jobs[2].id, 1)], "sup-a", 60) == [jobs[2].id]
+        assert await lifecycle.arelease(aconn, [(jobs[2].id, 1)], "sup-a") == [jobs[2].id]
+        assert await lifecycle.areap(aconn, "reaper") == []
+        assert await control.arequeue_dead(aconn) == []
 
 
 # --- claim ---------------------------------------------------------------------------------------
@@ -276,23 +278,23 @@ async def _async_forms(dsn: str) -> None:
 
 def test_claim_order_filter_and_limit(conn):
     base = db_clock(conn) - timedelta(minutes=1)
-    c = queue.enqueue(conn, "k", {"n": "c"}, priority=5, run_at=base + timedelta(seconds=5))
-    a = queue.enqueue(conn, "k", {"n": "a"}, priority=0, run_at=base + timedelta(seconds=10))
-    b = queue.enqueue(conn, "k", {"n": "b"}, priority=5, run_at=base + timedelta(seconds=9))
-    d = queue.enqueue(conn, "k", {"n": "d"}, priority=5, run_at=base + timedelta(seconds=5))  # ties c: id
-    e = queue.enqueue(conn, "k", {"n": "e"}, priority=0, run_at=base)
-    f = queue.enqueue(conn, "k", {"n": "f"}, priority=-1, run_at=base - timedelta(seconds=30))
-    later = queue.enqueue(conn, "k", {"n": "later"}, priority=100, delay=3600)
-    other = queue.enqueue(conn, "k", {"n": "other"}, priority=100, queue="other")
+    c = client.enqueue(conn, "k", {"n": "c"}, priority=5, run_at=base + timedelta(seconds=5))
+    a = client.enqueue(conn, "k", {"n": "a"}, priority=0, run_at=base + timedelta(seconds=10))
+    b = client.enqueue(conn, "k", {"n": "b"}, priority=5, run_at=base + timedelta(seconds=9))
+    d = client.enqueue(conn, "k", {"n": "d"}, priority=5, run_at=base + timedelta(seconds=5))  # ties c: id
+    e = client.enqueue(conn, "k", {"n": "e"}, priority=0, run_at=base)
+    f = client.enqueue(conn, "k", {"n": "f"}, priority=-1, run_at=base - timedelta(seconds=30))
+    later = client.enqueue(conn, "k", {"n": "later"}, priority=100, delay=3600)
+    other = client.enqueue(conn, "k", {"n": "other"}, priority=100, queue="other")
 
-    assert queue.claim(conn, ["default"], 0, "sup-a", 30) == []
-    two = queue.claim(conn, ["default"], 2, "sup-a", 30)
+    assert lifecycle.claim(conn, ["default"], 0, "sup-a", 30) == []
+    two = lifecycle.claim(conn, ["default"], 2, "sup-a", 30)
     assert [j.id for j in two] == [c, d]
     order = [claim_one(conn).id for _ in range(4)]
     assert order == [b, e, a, f]
-    assert queue.claim(conn, ["default"], 10, "sup-a", 30) == []  # `later` is in the future
-    assert queue.claim(conn, ["nope"], 10, "sup-a", 30) == []
-    [job] = queue.claim(conn, ["nope", "other"], 10, "sup-b", 30)
+    assert lifecycle.claim(conn, ["default"], 10, "sup-a", 30) == []  # `later` is in the future
+    assert lifecycle.claim(conn, ["nope"], 10, "sup-a", 30) == []
+    [job] = lifecycle.claim(conn, ["nope", "other"], 10, "sup-b", 30)
     assert job.id == other and job.queue == "other"
     assert job_row(conn, later)["status"] == "queued"
 
@@ -300,23 +302,23 @@ def test_claim_order_filter_and_limit(conn):
 def test_upcoming_lists_future_run_ats_of_every_priority_soonest_first(conn):
     now = db_clock(conn)
     at = {n: now + timedelta(seconds=n * 60) for n in range(1, 6)}
-    queue.enqueue(conn, "k", run_at=at[3], priority=7)
-    queue.enqueue(conn, "k", run_at=at[1], priority=-2)
-    queue.enqueue(conn, "k", run_at=at[4], priority=0)
-    queue.enqueue(conn, "k", run_at=at[2], priority=0, queue="other")
-    queue.enqueue(conn, "k", run_at=at[5], priority=7, queue="elsewhere")  # a queue not asked about
-    queue.enqueue(conn, "k", priority=9)  # ready now: not upcoming
-    running = queue.enqueue(conn, "k", run_at=now + timedelta(hours=1))
+    client.enqueue(conn, "k", run_at=at[3], priority=7)
+    client.enqueue(conn, "k", run_at=at[1], priority=-2)
+    client.enqueue(conn, "k", run_at=at[4], priority=0)
+    client.enqueue(conn, "k", run_at=at[2], priority=0, queue="other")
+    client.enqueue(conn, "k", run_at=at[5], priority=7, queue="elsewhere")  # a queue not asked about
+    client.enqueue(conn, "k", priority=9)  # ready now: not upcoming
+    running = client.enqueue(conn, "k", run_at=now + timedelta(hours=1))
     conn.execute("UPDATE jobsup.jobs SET status = 'running' WHERE id = %s", [running])
 
     epochs = [at[n].timestamp() for n in (1, 2, 3, 4)]
-    assert queue.upcoming(conn, ["default", "other"]) == pytest.approx(epochs)
-    assert queue.upcoming(conn, ["default", "other"], limit=2) == pytest.approx(epochs[:2])
-    assert queue.upcoming(conn, ["nope"]) == []
+    assert lifecycle.upcoming(conn, ["default", "other"]) == pytest.approx(epochs)
+    assert lifecycle.upcoming(conn, ["default", "other"], limit=2) == pytest.approx(epochs[:2])
+    assert lifecycle.upcoming(conn, ["nope"]) == []
 
 
 def test_claim_sets_lease_and_counts_attempts(conn):
-    job_id = queue.enqueue(conn, "k", {"p": 1}, priority=2, max_attempts=4)
+    job_id = client.enqueue(conn, "k", {"p": 1}, priority=2, max_attempts=4)
     before = db_clock(conn)
     job = claim_one(conn, "sup-a", lease=45)
     after = db_clock(conn)
@@ -327,8 +329,8 @@ def test_claim_sets_lease_and_counts_attempts(conn):
     assert before <= row["started_at"] <= after
     assert before + timedelta(seconds=45) <= row["locked_until"] <= after + timedelta(seconds=45)
 
-    queue.fail(conn, [Failure(job_id, 1, "boom")], "sup-a", backoff_base=0.001, jitter=0)
-    job = wait_for(lambda: queue.claim(conn, ["default"], 1, "sup-b", 30), message="the retry")[0]
+    lifecycle.fail(conn, [Failure(job_id, 1, "boom")], "sup-a", backoff_base=0.001, jitter=0)
+    job = wait_for(lambda: lifecycle.claim(conn, ["default"], 1, "sup-b", 30), message="the retry")[0]
     assert job.attempts == 2 and job_row(conn, job_id)["locked_by"] == "sup-b"
 
 
@@ -342,7 +344,7 @@ def _claimer(dsn: str, barrier, results, batch: int) -> None:
             barrier.wait(timeout=60)
             first = True
             while True:
-                jobs = queue.claim(conn, ["default"], batch, name, 60)
+                jobs = lifecycle.claim(conn, ["default"], batch, name, 60)
                 if first:
                     # Every claimer holds its first batch before any goes on, so each takes part
                     # whichever the scheduler runs first (on a loaded machine one could drain it all).
@@ -351,7 +353,7 @@ def _claimer(dsn: str, barrier, results, batch: int) -> None:
                 if not jobs:
                     break
                 handled.extend(j.id for j in jobs)
-                completed.extend(queue.complete(conn, [(j.id, j.attempts) for j in jobs], name))
+                completed.extend(lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs], name))
     except BaseException as exc:  # reported to the test, which fails with it at once
         results.put((name, f"{type(exc).__name__}: {exc}", []))
         raise
@@ -359,7 +361,7 @@ def _claimer(dsn: str, barrier, results, batch: int) -> None:
 
 
 def test_concurrent_claimers_handle_every_job_once(dsn, conn):
-    ids = queue.enqueue_many(conn, [{"kind": "work", "payload": {"n": n}} for n in range(1000)])
+    ids = client.enqueue_many(conn, [{"kind": "work", "payload": {"n": n}} for n in range(1000)])
     ctx = multiprocessing.get_context("spawn")
     procs = 8
     barrier = ctx.Barrier(procs)
@@ -394,14 +396,14 @@ def test_concurrent_claimers_handle_every_job_once(dsn, conn):
 
 
 def test_fail_backoff_history_and_burial(conn):
-    job_id = queue.enqueue(conn, "flaky", max_attempts=4)
+    job_id = client.enqueue(conn, "flaky", max_attempts=4)
     base, cap = 0.02, 0.05
     expected = [0.02, 0.04, 0.05]  # base * 2^(attempt-1), capped
     for attempt in range(1, 5):
-        job = wait_for(lambda: queue.claim(conn, ["default"], 1, "sup-a", 30), message=f"attempt {attempt}")[0]
+        job = wait_for(lambda: lifecycle.claim(conn, ["default"], 1, "sup-a", 30), message=f"attempt {attempt}")[0]
         assert (job.id, job.attempts) == (job_id, attempt)
         before = db_clock(conn)
-        [outcome] = queue.fail(conn, [Failure(job_id, attempt, f"error {attempt}", f"Traceback {attempt}")],
+        [outcome] = lifecycle.fail(conn, [Failure(job_id, attempt, f"error {attempt}", f"Traceback {attempt}")],
                                "sup-a", backoff_base=base, backoff_cap=cap, jitter=0)
         after = db_clock(conn)
         row = job_row(conn, job_id)
@@ -422,17 +424,17 @@ def test_fail_backoff_history_and_burial(conn):
             assert before <= row["done_at"] <= after
             assert row["last_error"] == "error 4"
     assert [e["attempt"] for e in job_row(conn, job_id)["errors"]] == [1, 2, 3, 4]
-    assert queue.claim(conn, ["default"], 10, "sup-a", 30) == []
+    assert lifecycle.claim(conn, ["default"], 10, "sup-a", 30) == []
     assert totals(conn)["flaky"] == (0, 4, 1)
 
 
 def test_fail_default_backoff_and_jitter(conn):
-    ids = queue.enqueue_many(conn, [{"kind": "k"} for _ in range(20)])
-    jobs = queue.claim(conn, ["default"], 20, "sup-a", 30)
+    ids = client.enqueue_many(conn, [{"kind": "k"} for _ in range(20)])
+    jobs = lifecycle.claim(conn, ["default"], 20, "sup-a", 30)
     before = db_clock(conn)
-    outcomes = queue.fail(conn, [Failure(j.id, 1, "e") for j in jobs[:10]], "sup-a",
+    outcomes = lifecycle.fail(conn, [Failure(j.id, 1, "e") for j in jobs[:10]], "sup-a",
                           backoff_base=100, jitter=0.5)
-    outcomes += queue.fail(conn, [Failure(j.id, 1, "e") for j in jobs[10:]], "sup-a")  # 1s less up to 10%
+    outcomes += lifecycle.fail(conn, [Failure(j.id, 1, "e") for j in jobs[10:]], "sup-a")  # 1s less up to 10%
     after = db_clock(conn)
     assert sorted(o.id for o in outcomes) == sorted(ids)
     for o in outcomes[:10]:
@@ -441,11 +443,11 @@ def test_fail_default_backoff_and_jitter(conn):
         assert before + timedelta(seconds=0.9) <= o.run_at <= after + timedelta(seconds=1)
     assert job_row(conn, ids[0])["errors"][0]["traceback"] is None
     # the cap holds however many attempts were made, with no overflow
-    job_id = queue.enqueue(conn, "k", max_attempts=1000)
+    job_id = client.enqueue(conn, "k", max_attempts=1000)
     conn.execute("UPDATE jobsup.jobs SET attempts = 500 WHERE id = %s", (job_id,))
     job = claim_one(conn)
     before = db_clock(conn)
-    [o] = queue.fail(conn, [Failure(job_id, job.attempts, "e")], "sup-a", backoff_cap=7, jitter=0)
+    [o] = lifecycle.fail(conn, [Failure(job_id, job.attempts, "e")], "sup-a", backoff_cap=7, jitter=0)
     assert before + timedelta(seconds=7) <= o.run_at <= db_clock(conn) + timedelta(seconds=7)
 
 
@@ -453,11 +455,11 @@ def test_fail_default_backoff_and_jitter(conn):
 
 
 def test_reap_expired_lease(conn):
-    a = queue.enqueue(conn, "k", max_attempts=3)
-    b = queue.enqueue(conn, "other-kind", max_attempts=1)
-    jobs = queue.claim(conn, ["default"], 2, "sup-dead", 0.05)
+    a = client.enqueue(conn, "k", max_attempts=3)
+    b = client.enqueue(conn, "other-kind", max_attempts=1)
+    jobs = lifecycle.claim(conn, ["default"], 2, "sup-dead", 0.05)
     assert {j.id for j in jobs} == {a, b}
-    reaped = wait_for(lambda: queue.reap(conn, "reaper-1"), message="expired leases")
+    reaped = wait_for(lambda: lifecycle.reap(conn, "reaper-1"), message="expired leases")
     assert [(o.id, o.status) for o in reaped] == [(a, "queued"), (b, "dead")]
     ra, rb = job_row(conn, a), job_row(conn, b)
     assert (ra["status"], ra["attempts"], ra["locked_by"], ra["locked_until"]) == ("queued", 1, None, None)
@@ -472,49 +474,49 @@ def test_reap_expired_lease(conn):
     assert totals(conn) == {"k": (0, 1, 0), "other-kind": (0, 1, 1)}
     # the returned job runs again, its lost attempt counted
     assert claim_one(conn).attempts == 2
-    assert queue.reap(conn, "reaper-1") == []
+    assert lifecycle.reap(conn, "reaper-1") == []
     assert len(rows(conn, "recent_events", limit=10)) == 1  # a pass that returned nothing records nothing
 
 
 def test_extend_keeps_a_lease_alive(conn):
-    a = queue.enqueue(conn, "k")
-    b = queue.enqueue(conn, "k")
-    queue.claim(conn, ["default"], 2, "sup-a", 0.5)
+    a = client.enqueue(conn, "k")
+    b = client.enqueue(conn, "k")
+    lifecycle.claim(conn, ["default"], 2, "sup-a", 0.5)
     before = db_clock(conn)
-    assert queue.extend(conn, [(a, 1)], "sup-a", 60) == [a]
+    assert lifecycle.extend(conn, [(a, 1)], "sup-a", 60) == [a]
     assert job_row(conn, a)["locked_until"] >= before + timedelta(seconds=60)
-    reaped = wait_for(lambda: queue.reap(conn, "reaper"), message="b's lease to expire")
+    reaped = wait_for(lambda: lifecycle.reap(conn, "reaper"), message="b's lease to expire")
     assert [o.id for o in reaped] == [b]
     assert job_row(conn, a)["status"] == "running"
     # extend returns only the ids still held
-    assert queue.extend(conn, [(a, 1), (b, 1)], "sup-a", 60) == [a]
-    assert queue.complete(conn, [(a, 1)], "sup-a") == [a]
-    assert queue.extend(conn, [(a, 1), (b, 1)], "sup-a", 60) == []
+    assert lifecycle.extend(conn, [(a, 1), (b, 1)], "sup-a", 60) == [a]
+    assert lifecycle.complete(conn, [(a, 1)], "sup-a") == [a]
+    assert lifecycle.extend(conn, [(a, 1), (b, 1)], "sup-a", 60) == []
 
 
 def test_release_gives_the_attempt_back(conn):
-    a = queue.enqueue(conn, "k")
-    b = queue.enqueue(conn, "k")
-    queue.claim(conn, ["default"], 2, "sup-a", 30)
-    assert queue.release(conn, [(a, 1)], "sup-a") == [a]
+    a = client.enqueue(conn, "k")
+    b = client.enqueue(conn, "k")
+    lifecycle.claim(conn, ["default"], 2, "sup-a", 30)
+    assert lifecycle.release(conn, [(a, 1)], "sup-a") == [a]
     row = job_row(conn, a)
     assert (row["status"], row["attempts"], row["locked_by"], row["locked_until"], row["started_at"]) == \
         ("queued", 0, None, None, None)
     assert row["errors"] == [] and row["last_error"] is None
-    assert queue.release(conn, [(b, 1)], "sup-a", ["interrupted by shutdown"]) == [b]
+    assert lifecycle.release(conn, [(b, 1)], "sup-a", ["interrupted by shutdown"]) == [b]
     row = job_row(conn, b)
     assert (row["status"], row["attempts"], row["last_error"]) == ("queued", 0, "interrupted by shutdown")
     assert [(e["attempt"], e["error"], e["by"]) for e in row["errors"]] == [(1, "interrupted by shutdown", "sup-a")]
-    jobs = queue.claim(conn, ["default"], 2, "sup-b", 30)
+    jobs = lifecycle.claim(conn, ["default"], 2, "sup-b", 30)
     assert [(j.id, j.attempts) for j in jobs] == [(a, 1), (b, 1)]
     assert totals(conn) == {}  # a release is not a failure
 
 
 def test_release_notifies(conn, listener):
-    queue.enqueue_many(conn, [{"kind": "k", "queue": "q1"}, {"kind": "k", "queue": "q1"}])
+    client.enqueue_many(conn, [{"kind": "k", "queue": "q1"}, {"kind": "k", "queue": "q1"}])
     notifications_before_marker(listener, conn)
-    jobs = queue.claim(conn, ["q1"], 2, "sup-a", 30)
-    assert len(queue.release(conn, [(j.id, j.attempts) for j in jobs], "sup-a")) == 2
+    jobs = lifecycle.claim(conn, ["q1"], 2, "sup-a", 30)
+    assert len(lifecycle.release(conn, [(j.id, j.attempts) for j in jobs], "sup-a")) == 2
     [note] = notifications_before_marker(listener, conn)  # identical notifications fold into one
     assert json.loads(note.payload)["queues"] == ["q1"]
 
@@ -523,27 +525,27 @@ def test_release_notifies(conn, listener):
 
 
 def test_stale_writes_change_nothing(conn):
-    job_id = queue.enqueue(conn, "k", max_attempts=5)
-    queue.claim(conn, ["default"], 1, "sup-a", -1)  # a lease already expired
-    assert [o.id for o in queue.reap(conn, "reaper")] == [job_id]
+    job_id = client.enqueue(conn, "k", max_attempts=5)
+    lifecycle.claim(conn, ["default"], 1, "sup-a", -1)  # a lease already expired
+    assert [o.id for o in lifecycle.reap(conn, "reaper")] == [job_id]
     job = claim_one(conn, "sup-a", 30)  # reclaimed by the same supervisor: attempt 2
     assert job.attempts == 2
     before = job_row(conn, job_id)
     totals_before = totals(conn)
 
     def stale_writes(held: list[tuple[int, int]], by: str) -> None:
-        assert queue.complete(conn, held, by) == []
-        assert queue.fail(conn, [Failure(i, n, "late") for i, n in held], by) == []
-        assert queue.release(conn, held, by) == []
-        assert queue.release(conn, held, by, ["late"] * len(held)) == []
-        assert queue.extend(conn, held, by, 600) == []
+        assert lifecycle.complete(conn, held, by) == []
+        assert lifecycle.fail(conn, [Failure(i, n, "late") for i, n in held], by) == []
+        assert lifecycle.release(conn, held, by) == []
+        assert lifecycle.release(conn, held, by, ["late"] * len(held)) == []
+        assert lifecycle.extend(conn, held, by, 600) == []
         assert job_row(conn, job_id) == before
         assert totals(conn) == totals_before
 
     stale_writes([(job_id, 1)], "sup-a")  # the attempt the reaper took back
     stale_writes([(job_id, 2)], "sup-b")  # someone else's job
     stale_writes([(job_id, 3)], "sup-a")  # an attempt that never was
-    assert queue.complete(conn, [(job_id, 2)], "sup-a") == [job_id]
+    assert lifecycle.complete(conn, [(job_id, 2)], "sup-a") == [job_id]
     done = job_row(conn, job_id)
     assert done["status"] == "done" and done["done_at"] is not None
     before = done
@@ -560,18 +562,18 @@ def test_requeue_dead(conn):
                       ("sms", "smtp down"), ("sms", "no credit"), ("push", "gone")])
     assert totals(conn) == {"mail": (0, 3, 3), "sms": (0, 2, 2), "push": (0, 1, 1)}
 
-    assert queue.requeue_dead(conn, ids=[ids[1], 999_999]) == [ids[1]]
+    assert control.requeue_dead(conn, ids=[ids[1], 999_999]) == [ids[1]]
     row = job_row(conn, ids[1])
     assert (row["status"], row["attempts"], row["done_at"], row["locked_by"]) == ("queued", 0, None, None)
     assert [e["error"] for e in row["errors"]] == ["bad address"] and row["last_error"] == "bad address"
     assert totals(conn)["mail"] == (0, 3, 2)
 
-    assert queue.requeue_dead(conn, kind="mail", error="smtp down") == [ids[0], ids[2]]
-    assert queue.requeue_dead(conn, error="smtp down") == [ids[3]]
-    assert queue.requeue_dead(conn, kind="sms") == [ids[4]]
+    assert control.requeue_dead(conn, kind="mail", error="smtp down") == [ids[0], ids[2]]
+    assert control.requeue_dead(conn, error="smtp down") == [ids[3]]
+    assert control.requeue_dead(conn, kind="sms") == [ids[4]]
     assert totals(conn) == {"mail": (0, 3, 0), "sms": (0, 2, 0), "push": (0, 1, 1)}
-    assert queue.requeue_dead(conn) == [ids[5]]
-    assert queue.requeue_dead(conn) == []
+    assert control.requeue_dead(conn) == [ids[5]]
+    assert control.requeue_dead(conn) == []
     assert totals(conn)["push"] == (0, 1, 0)
     assert count(conn, "status = 'queued' AND attempts = 0 AND jsonb_array_length(errors) = 1") == 6
 
@@ -582,22 +584,22 @@ def test_requeue_dead(conn):
 
 def test_requeue_dead_never_duplicates_a_unique_key(conn):
     for n in range(3):  # the same key dies three times
-        job_id = queue.enqueue(conn, "k", {"n": n}, unique_key="K", max_attempts=1)
+        job_id = client.enqueue(conn, "k", {"n": n}, unique_key="K", max_attempts=1)
         assert job_id is not None
         job = claim_one(conn)
-        queue.fail(conn, [Failure(job.id, 1, "boom")], "sup-a")
+        lifecycle.fail(conn, [Failure(job.id, 1, "boom")], "sup-a")
     other = bury(conn, [("k", "boom")])[0]
-    requeued = queue.requeue_dead(conn)
+    requeued = control.requeue_dead(conn)
     assert len(requeued) == 2 and other in requeued  # one of the three, and the keyless job
     assert count(conn, "unique_key = 'K' AND status = 'queued'") == 1
     assert count(conn, "unique_key = 'K' AND status = 'dead'") == 2
     assert totals(conn)["k"] == (0, 4, 2)
     # while the key is live, the others stay dead
-    assert queue.requeue_dead(conn, kind="k") == []
+    assert control.requeue_dead(conn, kind="k") == []
     job = claim_one(conn)
-    assert queue.requeue_dead(conn) == []
-    queue.complete(conn, [(job.id, job.attempts)], "sup-a")
-    assert len(queue.requeue_dead(conn)) == 1
+    assert control.requeue_dead(conn) == []
+    lifecycle.complete(conn, [(job.id, job.attempts)], "sup-a")
+    assert len(control.requeue_dead(conn)) == 1
 
 
 def test_kind_totals_sum_across_slots(dsn, conn):
@@ -612,10 +614,10 @@ def test_kind_totals_sum_across_slots(dsn, conn):
                 continue
             slots.add(slot)
             conns.append(c)
-        queue.enqueue_many(conn, [{"kind": "a"} for _ in range(7)] + [{"kind": "b"} for _ in range(3)])
+        client.enqueue_many(conn, [{"kind": "a"} for _ in range(7)] + [{"kind": "b"} for _ in range(3)])
         for n, c in enumerate(conns):
-            jobs = queue.claim(c, ["default"], 5, f"sup-{n}", 30)
-            assert queue.complete(c, [(j.id, j.attempts) for j in jobs], f"sup-{n}")
+            jobs = lifecycle.claim(c, ["default"], 5, f"sup-{n}", 30)
+            assert lifecycle.complete(c, [(j.id, j.attempts) for j in jobs], f"sup-{n}")
         assert conn.execute("SELECT count(DISTINCT slot) FROM jobsup.kind_totals").fetchone()[0] == 2
     finally:
         for c in conns:
@@ -648,15 +650,15 @@ def test_app_enqueue_uses_handler_defaults(conn):
 
 
 def test_expiring_leases_and_the_attempts_histogram(conn):
-    from jobsup.visibility import rows
+    from jobsup.ops.snapshot import rows
 
-    queue.enqueue_many(conn, [{"kind": "a"}, {"kind": "b"}, {"kind": "c"}])
-    [first] = queue.claim(conn, ["default"], 1, "sup-a", 5)
-    [second] = queue.claim(conn, ["default"], 1, "sup-b", 60)
+    client.enqueue_many(conn, [{"kind": "a"}, {"kind": "b"}, {"kind": "c"}])
+    [first] = lifecycle.claim(conn, ["default"], 1, "sup-a", 5)
+    [second] = lifecycle.claim(conn, ["default"], 1, "sup-b", 60)
     leases = rows(conn, "expiring_leases", limit=10)
     assert [r["id"] for r in leases] == [first.id, second.id]  # soonest first
     assert [r["locked_by"] for r in leases] == ["sup-a", "sup-b"]
     assert 0 < leases[0]["remaining"] <= 5 < leases[1]["remaining"] <= 60
-    queue.fail(conn, [queue.Failure(first.id, 1, "boom")], "sup-a")
+    lifecycle.fail(conn, [lifecycle.Failure(first.id, 1, "boom")], "sup-a")
     histogram = {(r["status"], r["attempts"]): r["count"] for r in rows(conn, "attempts_histogram")}
     assert histogram == {("queued", 0): 1, ("queued", 1): 1, ("running", 1): 1}

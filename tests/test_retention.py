@@ -14,9 +14,11 @@ import time
 import psycopg
 import pytest
 
-from jobsup import queue
-from jobsup.queue import Failure
-from jobsup.retention import BatchSize, Retention, aprunable, aprune
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.ops import control
+from jobsup.db.lifecycle import Failure
+from jobsup.ops.prune import BatchSize, Retention, aprunable, aprune
 
 from .helpers import jobsup, wait_for
 from .supervisor_helpers import status_counts
@@ -86,13 +88,13 @@ def test_zero_keeps_forever(dsn, conn):
 
 def finished_through_the_queue(conn: psycopg.Connection) -> None:
     """Jobs done, failed and dead through the supervisor's own statements, so the totals are real."""
-    queue.enqueue_many(conn, [{"kind": "a"}] * 6 + [{"kind": "b", "max_attempts": 1}] * 3
+    client.enqueue_many(conn, [{"kind": "a"}] * 6 + [{"kind": "b", "max_attempts": 1}] * 3
                        + [{"kind": "b", "max_attempts": 2}] * 2)
-    jobs = queue.claim(conn, ["default"], 100, "sup", 30)
-    queue.complete(conn, [(j.id, j.attempts) for j in jobs if j.kind == "a"], "sup")
-    queue.fail(conn, [Failure(j.id, j.attempts, "boom") for j in jobs if j.kind == "b"], "sup", backoff_base=0)
-    again = queue.claim(conn, ["default"], 100, "sup", 30)  # the two with a second attempt
-    queue.complete(conn, [(j.id, j.attempts) for j in again], "sup")
+    jobs = lifecycle.claim(conn, ["default"], 100, "sup", 30)
+    lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs if j.kind == "a"], "sup")
+    lifecycle.fail(conn, [Failure(j.id, j.attempts, "boom") for j in jobs if j.kind == "b"], "sup", backoff_base=0)
+    again = lifecycle.claim(conn, ["default"], 100, "sup", 30)  # the two with a second attempt
+    lifecycle.complete(conn, [(j.id, j.attempts) for j in again], "sup")
 
 
 def test_per_kind_totals_keep_every_job_ever_done_and_dead_means_dead_now(dsn, conn):
@@ -109,11 +111,11 @@ def test_per_kind_totals_keep_every_job_ever_done_and_dead_means_dead_now(dsn, c
 
 
 def test_a_requeued_dead_job_keeps_its_id_and_history_and_is_not_pruned(dsn, conn):
-    [job_id] = queue.enqueue_many(conn, [{"kind": "b", "max_attempts": 1}])
-    [job] = queue.claim(conn, ["default"], 1, "sup", 30)
-    queue.fail(conn, [Failure(job.id, job.attempts, "boom", "Traceback ...")], "sup")
+    [job_id] = client.enqueue_many(conn, [{"kind": "b", "max_attempts": 1}])
+    [job] = lifecycle.claim(conn, ["default"], 1, "sup", 30)
+    lifecycle.fail(conn, [Failure(job.id, job.attempts, "boom", "Traceback ...")], "sup")
     conn.execute("UPDATE jobsup.jobs SET done_at = now() - interval '30 days'")
-    assert queue.requeue_dead(conn, ids=[job_id]) == [job_id]
+    assert control.requeue_dead(conn, ids=[job_id]) == [job_id]
 
     assert prune(dsn, Retention(keep_done=1, keep_dead=1)) == {"done": 0, "dead": 0, "events": 0}
     status, errors, last_error = conn.execute(
@@ -146,7 +148,7 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
     add(conn, "dead", 30 * 24 * HOUR, 4_000, kind="d")
     conn.execute("INSERT INTO jobsup.kind_totals (kind, slot, dead) VALUES ('d', 0, 4000)")
     # Ready jobs on a queue neither supervisor works: the probe claims them (and rolls back) meanwhile.
-    queue.enqueue_many(conn, [{"kind": "probe", "queue": "probe"}] * 200)
+    client.enqueue_many(conn, [{"kind": "probe", "queue": "probe"}] * 200)
     claims: list[float] = []
     errors: list[str] = []
     stop = threading.Event()
@@ -157,7 +159,7 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
             while not stop.is_set():
                 started = time.perf_counter()
                 try:
-                    got = queue.claim(c, ["probe"], 100, "probe", 30)
+                    got = lifecycle.claim(c, ["probe"], 100, "probe", 30)
                     assert len(got) == 100
                 except Exception as exc:
                     errors.append(repr(exc))

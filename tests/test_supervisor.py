@@ -9,7 +9,7 @@ from datetime import datetime
 
 import pytest
 
-from jobsup import queue
+from jobsup import client
 
 from .helpers import jobsup, wait_for
 from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
@@ -87,8 +87,8 @@ def test_each_misbehaving_handler_costs_one_attempt_and_never_the_pool(conn, sta
 
 
 def test_unknown_kind_and_unusable_payload_end_dead_with_a_clear_error(conn, start):
-    unknown = queue.enqueue(conn, "no_such_kind", max_attempts=2)
-    unusable = queue.enqueue(conn, "needs_field", {"nothing": 1}, max_attempts=1)
+    unknown = client.enqueue(conn, "no_such_kind", max_attempts=2)
+    unusable = client.enqueue(conn, "needs_field", {"nothing": 1}, max_attempts=1)
     start()
     wait_for(lambda: status_counts(conn).get("dead") == 2, message="both dead")
     errors = dict(conn.execute("SELECT id, last_error FROM jobsup.jobs").fetchall())
@@ -100,7 +100,7 @@ def test_unknown_kind_and_unusable_payload_end_dead_with_a_clear_error(conn, sta
 
 def test_a_slow_job_on_a_short_lease_and_the_jobs_prefetched_behind_it_run_once(conn, start):
     make_calls_table(conn)
-    slow = queue.enqueue(conn, "sleep", {"seconds": 3}, priority=1)
+    slow = client.enqueue(conn, "sleep", {"seconds": 3}, priority=1)
     behind = enqueue_kinds(conn, ["record"] * 3)
     # One worker, so the prefetched jobs wait behind the slow one for three times their lease. A lease
     # of 1 s (renewed every 333 ms), not less: on a loaded machine a renewal can be late by a few
@@ -113,7 +113,7 @@ def test_a_slow_job_on_a_short_lease_and_the_jobs_prefetched_behind_it_run_once(
 
 
 def test_a_delayed_retry_starts_on_time_not_at_the_next_poll(conn, start):
-    job_id = queue.enqueue(conn, "flaky")
+    job_id = client.enqueue(conn, "flaky")
     start("--backoff-base", "300ms", "--poll-interval", "30s")
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the retry")
     [(errors, retry_started)] = conn.execute(
@@ -129,7 +129,7 @@ def test_notify_wakes_an_idle_supervisor_at_once(conn, start):
     sup.wait_ready()
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
     enqueued = time.monotonic()
-    queue.enqueue(conn, "ok")
+    client.enqueue(conn, "ok")
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="done after NOTIFY")
     assert time.monotonic() - enqueued < 10  # the poll is 30 s; a loaded machine may take seconds
 
@@ -164,7 +164,7 @@ def test_workers_are_recycled_after_max_jobs_per_proc(conn, start):
 
 def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, start):
     make_calls_table(conn)
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 3}) for _ in range(8)])
+    ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 3}) for _ in range(8)])
     sup = start("--prefetch", "4", procs=2)
     wait_for(lambda: status_counts(conn).get("running") == 6, message="2 running, 4 prefetched")
     sup.signal(signal.SIGTERM)
@@ -186,7 +186,7 @@ def test_sigterm_releases_prefetched_jobs_and_lets_running_ones_finish(conn, sta
 
 
 def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn, start):
-    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
+    client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30}, max_attempts=1)] * 2)
     sup = start("--shutdown-timeout", "300ms", procs=2)
     # Both in a worker, not prefetched (a prefetched job is handed back, not interrupted).
     wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
@@ -202,7 +202,7 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
 
 def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
     make_calls_table(conn)
-    ids = queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(6)])
+    ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(6)])
     sup = start("--prefetch", "2", procs=2)
     wait_for(lambda: busy_workers(conn) == 2 and status_counts(conn).get("running") == 4,
              message="2 running, 2 prefetched")
@@ -224,7 +224,7 @@ def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
 
 def test_a_hangup_during_a_shutdown_neither_cuts_it_short_nor_leaves_the_row(conn, start):
     make_calls_table(conn)
-    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2})] * 2)
+    client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2})] * 2)
     sup = start(procs=2)
     wait_for(lambda: busy_workers(conn) == 2, message="both running")
     sup.signal(signal.SIGTERM)
@@ -267,7 +267,7 @@ def test_rows_of_supervisors_that_are_gone_are_removed_sooner_than_stale_ones_el
 
 
 def test_a_second_ctrl_c_stops_at_once(conn, start):
-    queue.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
+    client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
     sup = start("--shutdown-timeout", "60s", procs=2)
     wait_for(lambda: busy_workers(conn) == 2, message="both running in a worker")
     sup.signal(signal.SIGINT, group=True)
@@ -305,8 +305,8 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
     sup = start("--poll-interval", "30s")
     sup.wait_ready()
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 1)
-    first = queue.enqueue(conn, "ok", delay=0.3)
-    second = queue.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
+    first = client.enqueue(conn, "ok", delay=0.3)
+    second = client.enqueue(conn, "ok", delay=0.8)  # a later wake-up, learned from its own NOTIFY
     wait_for(lambda: status_counts(conn).get("done") == 2, timeout=15, message="both delayed jobs done")
     late = dict(conn.execute("SELECT id, extract(epoch FROM started_at - run_at) FROM jobsup.jobs").fetchall())
     assert 0 <= late[first] < 10 and 0 <= late[second] < 10, late  # the poll would be up to 30 s late
@@ -314,7 +314,7 @@ def test_delayed_jobs_start_on_time_without_a_poll(conn, start):
 
 def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
     # Its NOTIFY went out to nobody: the supervisor learns its run_at when it starts listening.
-    job_id = queue.enqueue(conn, "ok", delay=1.5)
+    job_id = client.enqueue(conn, "ok", delay=1.5)
     sup = start("--poll-interval", "30s")
     sup.wait_ready()
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the delayed job done")
@@ -326,7 +326,7 @@ def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
 def test_json_logs_are_one_object_per_line_with_an_action(conn, start):
     import json
 
-    queue.enqueue(conn, "raise", max_attempts=1)
+    client.enqueue(conn, "raise", max_attempts=1)
     sup = start("--log-format", "json")
     wait_for(lambda: status_counts(conn).get("dead") == 1, message="the job dead")
     assert sup.stop() == 0

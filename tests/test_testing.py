@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobsup import queue
+from jobsup import client
 from jobsup.testing import Ran, assert_enqueued, drain, enqueued
 
 from .control_app import app
@@ -24,7 +24,7 @@ def final(conn) -> list[tuple]:
 
 def test_drain_gives_what_the_supervisor_gives(conn, start):
     make_calls_table(conn)  # the supervisor's workers record their calls there
-    ids = queue.enqueue_many(conn, JOBS)
+    ids = client.enqueue_many(conn, JOBS)
     runs = drain(app, conn, with_scheduled=True)
     twice, broken, snoozer, discarded = ids
     assert [(r.id, r.attempt, r.outcome) for r in runs if r.id == twice] == [
@@ -38,7 +38,7 @@ def test_drain_gives_what_the_supervisor_gives(conn, start):
     drained = final(conn)
 
     conn.execute("TRUNCATE jobsup.jobs, jobsup.kind_totals")
-    queue.enqueue_many(conn, JOBS)
+    client.enqueue_many(conn, JOBS)
     start(app=APP, procs=2)  # --backoff-base 20ms
     wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status IN ('done', 'dead', 'cancelled')")
              .fetchone()[0] == len(JOBS), 60, 0.05, "the supervisor to finish every job")
@@ -47,14 +47,14 @@ def test_drain_gives_what_the_supervisor_gives(conn, start):
 
 
 def test_drain_without_scheduled_stops_at_what_waits(conn):
-    [job_id] = queue.enqueue_many(conn, [{"kind": "twice"}])
+    [job_id] = client.enqueue_many(conn, [{"kind": "twice"}])
     assert drain(app, conn) == [Ran(job_id, "twice", 1, "failed", "RuntimeError: twice: attempt 1 fails")]
     assert conn.execute("SELECT status, attempts FROM jobsup.jobs").fetchone() == ("queued", 1)
     assert drain(app, conn) == []  # its retry is a second away (the default backoff)
 
 
 def test_drain_in_real_worker_processes_survives_a_crash_and_enforces_a_timeout(conn):
-    crash, slow, done = queue.enqueue_many(conn, [{"kind": "crash", "max_attempts": 1},
+    crash, slow, done = client.enqueue_many(conn, [{"kind": "crash", "max_attempts": 1},
                                                   {"kind": "sleep", "payload": {"seconds": 60}, "max_attempts": 1},
                                                   {"kind": "twice", "max_attempts": 3}])
     runs = drain(app, conn, processes=True, timeout=0.5, with_scheduled=True)
@@ -64,12 +64,12 @@ def test_drain_in_real_worker_processes_survives_a_crash_and_enforces_a_timeout(
 
 
 def test_drain_of_an_app_by_name_and_of_a_kind_it_lacks(conn):
-    [job_id] = queue.enqueue_many(conn, [{"kind": "nobody", "max_attempts": 1}])
+    [job_id] = client.enqueue_many(conn, [{"kind": "nobody", "max_attempts": 1}])
     assert drain(APP, conn) == [Ran(job_id, "nobody", 1, "dead", "no handler for nobody")]
 
 
 def test_enqueued_and_assert_enqueued(conn):
-    queue.enqueue_many(conn, [{"kind": "email", "payload": {"to": "a@example.com", "lang": "de"}},
+    client.enqueue_many(conn, [{"kind": "email", "payload": {"to": "a@example.com", "lang": "de"}},
                               {"kind": "email", "payload": {"to": "b@example.com"}}, {"kind": "sms"}])
     assert [j["payload"]["to"] for j in enqueued(conn, "email")] == ["a@example.com", "b@example.com"]
     assert [j["kind"] for j in enqueued(conn)] == ["email", "email", "sms"]

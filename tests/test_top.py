@@ -30,8 +30,10 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from jobsup import latency, queue
-from jobsup.doctor import Thresholds
+from jobsup.ops import latency
+from jobsup.db import lifecycle
+from jobsup import client
+from jobsup.ops.doctor import Thresholds
 from jobsup.errors import JobsupError
 from jobsup.monitor import figures as fig, panels
 from jobsup.monitor.app import TopApp
@@ -84,10 +86,10 @@ async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
 
 
 def make_dead(conn: psycopg.Connection, kind: str, n: int, error: str, queue_name: str = "default") -> list[int]:
-    ids = [queue.enqueue(conn, kind, {"n": i}, queue=queue_name, max_attempts=1) for i in range(n)]
-    jobs = queue.claim(conn, [queue_name], n, "sup-test", 30)
+    ids = [client.enqueue(conn, kind, {"n": i}, queue=queue_name, max_attempts=1) for i in range(n)]
+    jobs = lifecycle.claim(conn, [queue_name], n, "sup-test", 30)
     assert sorted(j.id for j in jobs) == sorted(ids)
-    queue.fail(conn, [queue.Failure(j.id, j.attempts, error, f"Traceback (most recent call last):\n  {error}")
+    lifecycle.fail(conn, [lifecycle.Failure(j.id, j.attempts, error, f"Traceback (most recent call last):\n  {error}")
                       for j in jobs], "sup-test")
     return ids
 
@@ -139,14 +141,14 @@ def test_a_snapshot_holding_back_vacuum_shows_as_the_health_line(conn, dsn):
 
 def test_figures_match_the_database(conn, dsn):
     for i in range(3):
-        queue.enqueue(conn, "email", {"i": i})
-    queue.enqueue(conn, "sms", {}, queue="texts", delay=3600)
-    running = [queue.enqueue(conn, "report", {}, queue="reports") for _ in range(2)]
-    queue.claim(conn, ["reports"], 2, "sup-a", 30)
-    done = queue.enqueue(conn, "sms", {}, queue="texts")
-    [job] = queue.claim(conn, ["texts"], 1, "sup-a", 30)
+        client.enqueue(conn, "email", {"i": i})
+    client.enqueue(conn, "sms", {}, queue="texts", delay=3600)
+    running = [client.enqueue(conn, "report", {}, queue="reports") for _ in range(2)]
+    lifecycle.claim(conn, ["reports"], 2, "sup-a", 30)
+    done = client.enqueue(conn, "sms", {}, queue="texts")
+    [job] = lifecycle.claim(conn, ["texts"], 1, "sup-a", 30)
     assert job.id == done
-    queue.complete(conn, [(done, 1)], "sup-a")
+    lifecycle.complete(conn, [(done, 1)], "sup-a")
     dead = make_dead(conn, "email", 2, "SMTP timeout", queue_name="mail")
     fake_supervisor(conn, "sup-a", 4242, [
         {"pid": 501, "state": "busy", "job_id": running[0], "kind": "report",
@@ -192,7 +194,7 @@ def test_figures_match_the_database(conn, dsn):
             assert "✖ STALE box:999" in text and "● box:4242" in text
 
             # A job enqueued now shows up on a later refresh, and its cell stands out as changed.
-            queue.enqueue(conn, "email", {})
+            client.enqueue(conn, "email", {})
             await until(pilot, lambda: rows(app, "kinds")["email"][1] == "4", message="the new job")
             assert ("email", "ready") in fig.changed(app.previous, app.figures)
 
@@ -338,8 +340,8 @@ def test_the_source_holds_one_conversation_at_a_time(conn, dsn):
 def test_filter_narrows_the_tables(conn, dsn):
     emails = make_dead(conn, "email", 2, "SMTP timeout")
     texts = make_dead(conn, "sms", 1, "no route", queue_name="texts")
-    queue.enqueue(conn, "sms", {}, queue="texts")  # a kind matches by the queues of its live jobs
-    queue.enqueue(conn, "report", {})
+    client.enqueue(conn, "sms", {}, queue="texts")  # a kind matches by the queues of its live jobs
+    client.enqueue(conn, "report", {})
 
     async def scenario() -> None:
         app = app_for(dsn)
@@ -505,7 +507,7 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
 
 
 def test_survives_the_database_going_away_and_coming_back(conn, dsn, server_dsn):
-    queue.enqueue(conn, "email", {})
+    client.enqueue(conn, "email", {})
     name = conninfo.conninfo_to_dict(dsn)["dbname"]
 
     async def scenario() -> None:
@@ -523,7 +525,7 @@ def test_survives_the_database_going_away_and_coming_back(conn, dsn, server_dsn)
                     assert "database unavailable" in text and "stale" in text
                     assert app.figures is not None and app.figures.total.ready == 1  # last figures kept
                     refreshes = app.refreshes
-                    queue.enqueue(conn, "email", {})  # the test's own connection was left alone
+                    client.enqueue(conn, "email", {})  # the test's own connection was left alone
                     await pilot.pause(0.5)
                     assert app.refreshes == refreshes and app.down is not None
                 finally:

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from jobsup import queue
+from jobsup.db import lifecycle
+from jobsup import client
 from jobsup.monitor.schedules import ConfirmSchedule
 
 from jobsup.monitor import panels
@@ -26,8 +27,8 @@ async def select_queue(pilot, name: str) -> None:
 
 
 def test_c_cancels_the_selected_workers_job_after_asking(conn, dsn):
-    [job_id] = queue.enqueue_many(conn, [{"kind": "report"}])
-    queue.claim(conn, ["default"], 1, "sup-a", 60)  # running under sup-a, whose heartbeat we write
+    [job_id] = client.enqueue_many(conn, [{"kind": "report"}])
+    lifecycle.claim(conn, ["default"], 1, "sup-a", 60)  # running under sup-a, whose heartbeat we write
     fake_supervisor(conn, "sup-a", 4242, [
         {"pid": 501, "state": "busy", "job_id": job_id, "kind": "report",
          "job_started_at": datetime.now(timezone.utc).isoformat(), "rss": 1, "cpu": 0.0, "jobs_done": 0,
@@ -60,7 +61,7 @@ def test_c_cancels_the_selected_workers_job_after_asking(conn, dsn):
 
 
 def test_p_and_u_pause_and_resume_the_selected_queue(conn, dsn):
-    queue.enqueue_many(conn, [{"kind": "email", "queue": "mail"}])
+    client.enqueue_many(conn, [{"kind": "email", "queue": "mail"}])
 
     async def scenario() -> None:
         app = app_for(dsn)
@@ -86,7 +87,7 @@ def test_p_and_u_pause_and_resume_the_selected_queue(conn, dsn):
 
 
 def test_read_only_refuses_the_control_keys(conn, dsn):
-    queue.enqueue_many(conn, [{"kind": "email", "queue": "mail"}])
+    client.enqueue_many(conn, [{"kind": "email", "queue": "mail"}])
 
     async def scenario() -> None:
         app = app_for(dsn, read_only=True)
@@ -106,8 +107,8 @@ def test_read_only_refuses_the_control_keys(conn, dsn):
 
 
 def test_the_kinds_table_counts_cancelled_jobs(conn, dsn):
-    ids = queue.enqueue_many(conn, [{"kind": "email"}] * 3)
-    from jobsup.control import cancel
+    ids = client.enqueue_many(conn, [{"kind": "email"}] * 3)
+    from jobsup.ops.control import cancel
 
     cancel(conn, ids=ids[:2])
 

@@ -20,7 +20,8 @@ ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
 from examples.demo import leave_database, stop_supervisor  # noqa: E402
-from jobsup import JobsupError, dsn as dsns, embedded  # noqa: E402
+from jobsup import JobsupError, embedded  # noqa: E402
+from jobsup.db import dsn as dsns
 
 
 def main() -> int:

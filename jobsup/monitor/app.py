@@ -20,13 +20,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from ..errors import DatabaseUnavailable
-from . import figures as fig
-from .figures import Figures, Scope
-from .panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
-from .screens import Confirm, HelpScreen, JobScreen
-from .source import Source
-from .tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
+from jobsup.errors import DatabaseUnavailable
+from jobsup.monitor import figures as fig
+from jobsup.monitor.figures import Figures, Scope
+from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
+from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
+from jobsup.monitor.source import Source
+from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -451,7 +451,7 @@ class TopApp(App[None]):
         self.run_worker(self._cancel(job_id), name="cancel", exit_on_error=False)
 
     async def _cancel(self, job_id: int) -> None:
-        from .schedules import ConfirmSchedule
+        from jobsup.monitor.schedules import ConfirmSchedule
 
         yes = await self.push_screen_wait(ConfirmSchedule(
             f"Cancel job {job_id}?",
@@ -476,7 +476,7 @@ class TopApp(App[None]):
         self.run_worker(self._queue(action, name), name="queue", exit_on_error=False)
 
     async def _queue(self, action: str, name: str) -> None:
-        from .schedules import ConfirmSchedule
+        from jobsup.monitor.schedules import ConfirmSchedule
 
         question = {"pause": (f"Pause queue {name}?", "No supervisor claims from it until it is resumed; "
                               "running jobs finish, claimed ones not yet started go back.", "Yes, pause"),
@@ -530,7 +530,7 @@ class TopApp(App[None]):
             self.refresh_now()
 
     def action_schedules(self) -> None:
-        from .schedules import SchedulesScreen
+        from jobsup.monitor.schedules import SchedulesScreen
 
         self.push_screen(SchedulesScreen(self.source, refresh=self.refresh_every, read_only=self.read_only, tz=self.tz))
 

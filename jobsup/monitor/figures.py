@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from ..durations import format_age as age  # noqa: F401 (fig.age: the one format of ages, as in stats)
-from ..latency import KindLatency, summarize
-from ..visibility import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
+from jobsup.durations import format_age as age  # noqa: F401 (fig.age: the one format of ages, as in stats)
+from jobsup.ops.latency import KindLatency, summarize
+from jobsup.ops.snapshot import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning

@@ -6,11 +6,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 
-from .. import latency
-from ..durations import format_seconds
-from . import figures as fig
-from .figures import Figures
-from .panels import Panel, Table, View, fill, left, right
+from jobsup.ops import latency
+from jobsup.durations import format_seconds
+from jobsup.monitor import figures as fig
+from jobsup.monitor.figures import Figures
+from jobsup.monitor.panels import Panel, Table, View, fill, left, right
 
 RISING = "↑"  # beside a kind whose latency is rising (latency.rising)
 

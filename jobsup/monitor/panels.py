@@ -17,8 +17,8 @@ from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
 from textual.widgets import DataTable, Label, Sparkline, Static
 
-from . import figures as fig
-from .figures import Figures, Scope
+from jobsup.monitor import figures as fig
+from jobsup.monitor.figures import Figures, Scope
 
 TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind is named so
 

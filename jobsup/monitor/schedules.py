@@ -18,12 +18,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from ..cron import ScheduleState
-from ..errors import DatabaseUnavailable
-from . import figures as fig
-from .panels import fill, selected_key
-from .screens import Confirm
-from .source import Source
+from jobsup.ops.cron import ScheduleState
+from jobsup.errors import DatabaseUnavailable
+from jobsup.monitor import figures as fig
+from jobsup.monitor.panels import fill, selected_key
+from jobsup.monitor.screens import Confirm
+from jobsup.monitor.source import Source
 
 # Keys of the schedules table, as data (the footer and a help screen can read them).
 KEYS: list[Binding] = [

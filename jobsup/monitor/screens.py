@@ -16,7 +16,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Static
 
-from . import figures as fig
+from jobsup.monitor import figures as fig
 
 
 class Confirm(ModalScreen[bool]):

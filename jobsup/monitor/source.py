@@ -16,14 +16,15 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from .. import cron, dsn as dsns
-from ..errors import DatabaseUnavailable, JobsupError, first_line
-from ..doctor import Thresholds
-from ..health import health_line
-from ..control import JobAction, acancel, aset_paused
-from ..queue import arequeue_dead
-from ..sql import STATEMENTS as SQL
-from . import figures as fig
+from jobsup.ops import cron
+from jobsup.db import dsn as dsns
+from jobsup.errors import DatabaseUnavailable, JobsupError, first_line
+from jobsup.ops.doctor import Thresholds
+from jobsup.ops.health import health_line
+from jobsup.ops.control import JobAction, acancel, aset_paused
+from jobsup.ops.control import arequeue_dead
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.monitor import figures as fig
 
 # The console's connections are named so an operator (or a test) can find them in pg_stat_activity.
 APPLICATION_NAME = "jobsup top"

@@ -20,10 +20,10 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable
 
-from . import figures as fig
-from .figures import Figures
-from .latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
-from .panels import DeadPanel, GroupsPanel, KindsPanel, QueuesPanel, ReaperPanel, ThroughputPanel, View, WorkersPanel
+from jobsup.monitor import figures as fig
+from jobsup.monitor.figures import Figures
+from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
+from jobsup.monitor.panels import DeadPanel, GroupsPanel, KindsPanel, QueuesPanel, ReaperPanel, ThroughputPanel, View, WorkersPanel
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
 # from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.

@@ -6,9 +6,9 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from ..dsn import pooler
-from ..errors import BadInput
-from ..retention import KEEP_DEAD, KEEP_DONE
+from jobsup.db.dsn import pooler
+from jobsup.errors import BadInput
+from jobsup.ops.prune import KEEP_DEAD, KEEP_DONE
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class Config:
         return config
 
     def validate(self) -> None:
-        from ..app import split_target
+        from jobsup.app import split_target
 
         if self.app or not self.django:  # its form only; whether it imports, the workers find out
             split_target(self.app)

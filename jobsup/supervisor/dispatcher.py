@@ -16,18 +16,18 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping
 
-from .. import queue
-from ..job import Job
-from ..latency import Recorder
-from ..outcomes import Answer
-from ..queue import Cancel, ClaimKey, Failure, Snoozed
-from ..sql import STATEMENTS as SQL
-from .config import Config
-from .keeper import Keeper, Worker
-from .keys import ClaimKeys
-from .link import LOST, Link
-from .log import EventLog
-from .tally import Tally
+from jobsup.db import lifecycle
+from jobsup.job import Job
+from jobsup.ops.latency import Recorder
+from jobsup.outcomes import Answer
+from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.keeper import Keeper, Worker
+from jobsup.supervisor.keys import ClaimKeys
+from jobsup.supervisor.link import LOST, Link
+from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.tally import Tally
 
 # Besides --prefetch, claim what the workers are expected to start within this horizon at the rate
 # they have been finishing jobs: many short jobs are claimed in few statements (each one a commit the
@@ -172,7 +172,7 @@ class Dispatcher:
             self.claim_wakeup.set()
 
     def outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
-        """A worker's answer for `job`, buffered for the write its record goes to (queue.record_of).
+        """A worker's answer for `job`, buffered for the write its record goes to (lifecycle.record_of).
         A cancel requested meanwhile wins in the statements themselves: a snoozed or failed job with
         a request is written cancelled."""
         self.finished += 1
@@ -182,7 +182,7 @@ class Dispatcher:
         # sharing a core stayed at one job per message and ran at a tenth of the rate).
         self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (answer.ran - self.duration)
         self._timed(job, answer.ran)
-        record = queue.record_of(job, answer)
+        record = lifecycle.record_of(job, answer)
         if record is None:
             self.done_buffer.append(job)
             if answer.value is not None:
@@ -399,7 +399,7 @@ class Dispatcher:
         try:
             conn = await self.claims.connect()
             if self.orphans_possible:
-                released = await queue.arelease_orphans(conn, self.id, list(self.held))
+                released = await lifecycle.arelease_orphans(conn, self.id, list(self.held))
                 self.orphans_possible = False
                 if released:
                     self.log("jobs.released", reason="claim answer lost with the connection",
@@ -408,12 +408,12 @@ class Dispatcher:
             queues = self.config.queues if not self.paused else [q for q in self.config.queues
                                                                   if q not in self.paused]
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
-                return await queue.aclaim(conn, queues, want, self.id, self.config.lease, keys)
+                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys)
             # Through a transaction pooler there is no session to hold it: the claim's own
             # transaction sets it, sent in one pipeline with the claim.
             async with conn.pipeline(), conn.transaction():
                 await conn.execute(SQL["claim_without_flush_wait"])
-                return await queue.aclaim(conn, queues, want, self.id, self.config.lease, keys)
+                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
@@ -534,7 +534,7 @@ class Dispatcher:
             pairs = [(j.id, j.attempts) for j in chunk]
             # None when no job of the chunk returned anything: the write is then what it always was.
             values = [self.return_values.get(j.id) for j in chunk] if self.return_values else None
-            written = await self._write(lambda c: queue.acomplete(c, pairs, self.id, values), deadline)
+            written = await self._write(lambda c: lifecycle.acomplete(c, pairs, self.id, values), deadline)
             self.jobs_done += len(written)
             if self.tally is not None:
                 self._tally_written(chunk, written, "done")
@@ -548,7 +548,7 @@ class Dispatcher:
             await self._write_failure_chunk(chunk, deadline)
 
     async def _write_failure_chunk(self, failures: list[Failure], deadline: float | None) -> None:
-        outcomes = await self._write(lambda c: queue.afail(
+        outcomes = await self._write(lambda c: lifecycle.afail(
             c, failures, self.id, backoff_base=self.config.backoff_base,
             backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline)
         by_id = {o.id: o for o in outcomes}
@@ -573,7 +573,7 @@ class Dispatcher:
         for chunk in _chunks(releases):
             pairs = [(j.id, j.attempts) for j, _ in chunk]
             reasons = [reason for _, reason in chunk]
-            written = await self._write(lambda c: queue.arelease(c, pairs, self.id, reasons), deadline)
+            written = await self._write(lambda c: lifecycle.arelease(c, pairs, self.id, reasons), deadline)
             if self.tally is not None:
                 self._tally_written([j for j, _ in chunk], written, "released")
             for job, reason in chunk:
@@ -584,7 +584,7 @@ class Dispatcher:
 
     async def _write_snoozes(self, snoozes: list[Snoozed], deadline: float | None) -> None:
         for chunk in _chunks(snoozes):
-            outcomes = await self._write(lambda c: queue.asnooze(c, chunk, self.id), deadline)
+            outcomes = await self._write(lambda c: lifecycle.asnooze(c, chunk, self.id), deadline)
             if self.tally is not None:
                 for outcome in outcomes:
                     job = self.held.get(outcome.id)
@@ -598,7 +598,7 @@ class Dispatcher:
 
     async def _write_cancels(self, cancels: list[Cancel], deadline: float | None) -> None:
         for chunk in _chunks(cancels):
-            written = await self._write(lambda c: queue.acancel_held(c, chunk, self.id), deadline)
+            written = await self._write(lambda c: lifecycle.acancel_held(c, chunk, self.id), deadline)
             if self.tally is not None:
                 self._tally_written([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
             for cancel in chunk:
@@ -669,7 +669,7 @@ class Dispatcher:
         pairs = [(j.id, j.attempts) for j in held]
         try:
             ids, requests = await self.writes.run(
-                lambda c: queue.arenew(c, pairs, self.id, self.config.lease),
+                lambda c: lifecycle.arenew(c, pairs, self.id, self.config.lease),
                 deadline=asyncio.get_running_loop().time() + self.config.lease / 3)
         except LOST:
             return  # the next round tries again

@@ -17,13 +17,13 @@ from typing import Any
 
 import psutil
 
-from ..job import Job
-from ..outcomes import Answer
-from .config import Config
-from .log import EventLog
-from .tally import restart_cause
-from .wire import Reader, send
-from .worker import job_fields, worker_main
+from jobsup.job import Job
+from jobsup.outcomes import Answer
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.tally import restart_cause
+from jobsup.supervisor.wire import Reader, send
+from jobsup.supervisor.worker import job_fields, worker_main
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
 START_BACKOFF_FIRST = 0.5

@@ -23,9 +23,9 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 
-from .. import queue
-from ..job import Job
-from ..queue import ClaimKey
+from jobsup.db import lifecycle
+from jobsup.job import Job
+from jobsup.db.lifecycle import ClaimKey
 
 
 class ClaimKeys:
@@ -66,7 +66,7 @@ class ClaimKeys:
         unless the keys were forgotten meanwhile or an insert it may not have seen sorts before them."""
         if self._claim_epoch != self._epoch:
             return
-        keys = queue.claim_keys(jobs)
+        keys = lifecycle.claim_keys(jobs)
         if any(key[1].timestamp() >= self._announced for key in keys.values()):
             self.forget()
             return

@@ -13,9 +13,9 @@ from typing import TypeVar
 import psycopg
 from psycopg.types.string import TextLoader
 
-from ..dsn import describe_connect_error
-from ..errors import first_line
-from .log import EventLog
+from jobsup.db.dsn import describe_connect_error
+from jobsup.errors import first_line
+from jobsup.supervisor.log import EventLog
 
 T = TypeVar("T")
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 import asyncio
 import signal
 
-from .. import dsn as dsns
-from ..errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
-from ..migrate import require_schema
-from .config import Config
-from .keeper import TERMINAL_SIGNALS
-from .log import EventLog
-from .supervisor import Supervisor
+from jobsup.db import dsn as dsns
+from jobsup.errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
+from jobsup.db.migrate import require_schema
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.keeper import TERMINAL_SIGNALS
+from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.supervisor import Supervisor
 
 
 def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None) -> int:
@@ -25,7 +25,7 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
     log = EventLog(config.log_format, config.log_level)
     supervisor = Supervisor(config, log)
     if config.metrics_port:  # before any worker: a port in use is one line and exit 2, nothing started
-        from .metrics import bind
+        from jobsup.supervisor.metrics import bind
 
         supervisor.metrics_socket = bind(config.metrics_host, config.metrics_port)
     # While the workers spawn, Ctrl-C and a hangup are only recorded, not raised inside

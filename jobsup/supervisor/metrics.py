@@ -17,11 +17,11 @@ import socket
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
-from ..errors import BadInput
-from ..latency import Histogram
+from jobsup.errors import BadInput
+from jobsup.ops.latency import Histogram
 
 if TYPE_CHECKING:
-    from .supervisor import Supervisor
+    from jobsup.supervisor.supervisor import Supervisor
 
 # `le` bounds of every histogram: 1, 2.5 and 5 of each decade, each a bound of jobsup.latency's fine
 # buckets, so the counts below each are exact.

@@ -10,13 +10,13 @@ import asyncio
 
 import psycopg
 
-from ..errors import first_line
-from ..latency import KEEP_PERIODS
-from ..retention import BatchSize, Pruned, Retention, aprune
-from ..sql import STATEMENTS as SQL
-from .config import Config
-from .link import Link
-from .log import EventLog
+from jobsup.errors import first_line
+from jobsup.ops.latency import KEEP_PERIODS
+from jobsup.ops.prune import BatchSize, Pruned, Retention, aprune
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.link import Link
+from jobsup.supervisor.log import EventLog
 
 # Between two batches of one round, the hot path has the server to itself for this long.
 PAUSE = 0.01

@@ -14,7 +14,7 @@ import socket
 import psutil
 import psycopg
 
-from ..sql import STATEMENTS as SQL
+from jobsup.db.sql import STATEMENTS as SQL
 
 # A row of this host whose pid has ended goes once its heartbeat is this old. Not 0: containers may
 # share a host name (compose replicas with a fixed `hostname:`) without sharing their pids, and a live

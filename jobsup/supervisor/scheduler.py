@@ -22,16 +22,16 @@ from typing import Any
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import queue
-from ..errors import first_line
-from ..job import JobSpec
-from ..schedule import Schedule
-from ..sql import STATEMENTS as SQL
-from .config import Config
-from .dispatcher import Wakeup
-from .keeper import Keeper
-from .link import Link
-from .log import EventLog
+from jobsup import client
+from jobsup.errors import first_line
+from jobsup.job import JobSpec
+from jobsup.schedule import Schedule
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.dispatcher import Wakeup
+from jobsup.supervisor.keeper import Keeper
+from jobsup.supervisor.link import Link
+from jobsup.supervisor.log import EventLog
 
 # Most fires one pass enqueues when it is on time (a supervisor stalled by a long database outage).
 ON_TIME_CAP = 1000
@@ -195,7 +195,7 @@ class Scheduler:
             due, _ = schedule.due(fired_through, now, ON_TIME_CAP)
             late = catch_up and not watched
             fires = [] if paused else choose(schedule, due, late)
-            ids = await queue.aenqueue_many(conn, [JobSpec(
+            ids = await client.aenqueue_many(conn, [JobSpec(
                 schedule.kind, self._payload(schedule, fire),
                 queue=schedule.queue, priority=schedule.priority, max_attempts=schedule.max_attempts,
                 unique_key=unique_key(schedule.name, fire)) for fire in fires])

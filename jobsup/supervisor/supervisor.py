@@ -14,19 +14,20 @@ from datetime import datetime, timezone
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .. import __version__, queue
-from ..dsn import redact
-from ..errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
-from ..sql import STATEMENTS as SQL
-from .config import Config
-from .dispatcher import Dispatcher, Wakeup
-from .keeper import Keeper, Worker
-from .link import LOST, Link
-from .log import EventLog
-from .pruner import prune_loop
-from .roster import forget_gone
-from .scheduler import Scheduler
-from .tally import Tally
+from jobsup import __version__
+from jobsup.db import lifecycle
+from jobsup.db.dsn import redact
+from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.supervisor.config import Config
+from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
+from jobsup.supervisor.keeper import Keeper, Worker
+from jobsup.supervisor.link import LOST, Link
+from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.pruner import prune_loop
+from jobsup.supervisor.roster import forget_gone
+from jobsup.supervisor.scheduler import Scheduler
+from jobsup.supervisor.tally import Tally
 
 # How often the keeper checks job timeouts and kills workers past their grace period.
 TICK = 0.05
@@ -147,7 +148,7 @@ class Supervisor:
                  "heartbeat": self._heartbeat_loop, "tick": self._tick_loop, "schedule": self.scheduler.run,
                  "prune": lambda: prune_loop(self.links["prune"], self.config, self.log)}
         if self.metrics_socket is not None:
-            from .metrics import serve
+            from jobsup.supervisor.metrics import serve
 
             loops["metrics"] = lambda: serve(self.metrics_socket, self)
         self.tasks = tasks = [loop.create_task(run(), name=name) for name, run in loops.items()
@@ -192,7 +193,7 @@ class Supervisor:
                 # ones are due.
                 self.log("listener.listening", "debug")
                 d.poke()
-                for run_at in await queue.aupcoming(conn, self.config.queues):
+                for run_at in await lifecycle.aupcoming(conn, self.config.queues):
                     d.note_run_at(run_at)
                 async for note in conn.notifies():
                     if not d.control(note.payload) and not self.scheduler.notified(note.payload):
@@ -205,7 +206,7 @@ class Supervisor:
         while True:
             await asyncio.sleep(self.config.reap_interval)
             try:
-                reaped = await link.run(lambda c: queue.areap(c, self.id))
+                reaped = await link.run(lambda c: lifecycle.areap(c, self.id))
                 forgotten = await link.run(lambda c: forget_gone(c, self.id))
             except psycopg.Error as exc:
                 self.log("reaper.error", "error", error=str(exc).strip())

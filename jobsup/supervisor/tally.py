@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..latency import Histogram
+from jobsup.ops.latency import Histogram
 
 
 @dataclass

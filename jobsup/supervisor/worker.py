@@ -24,9 +24,9 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
-from ..errors import NoHandler, ReturnValueError
-from ..job import encoded_json
-from ..outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
+from jobsup.errors import NoHandler, ReturnValueError
+from jobsup.job import encoded_json
+from jobsup.outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
 
 # How often a worker checks that its supervisor is still there, besides the parent-death signal.
 PARENT_CHECK_INTERVAL = 0.5
@@ -92,10 +92,10 @@ def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervis
 
 
 def _load(app_target: str, django_settings: str):  # -> App
-    from ..app import load_app
+    from jobsup.app import load_app
 
     if django_settings:  # jobsup.django imports Django; nothing else in jobsup does
-        from ..django import worker_app
+        from jobsup.django import worker_app
 
         return worker_app(django_settings, app_target or None)
     return load_app(app_target)
@@ -153,9 +153,9 @@ def job_fields(job) -> tuple:
 
 
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
-    from ..errors import JobsupError
-    from ..job import Job
-    from .wire import Reader, send
+    from jobsup.errors import JobsupError
+    from jobsup.job import Job
+    from jobsup.supervisor.wire import Reader, send
 
     fd = outbox.fileno()
     reader = Reader(inbox.fileno())

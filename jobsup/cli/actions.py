@@ -1,0 +1,68 @@
+"""What the control commands (cancel, retry, pause, resume) share: how they print what they did."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from jobsup.cli.options import connect, positive_int
+from jobsup.errors import EXIT_OK
+from jobsup.ops.control import JobAction
+
+# Lines of a text answer about single jobs; past these, a count (--json lists every job).
+SHOWN = 50
+
+
+def jobs(n: int) -> str:
+    return f"{n} job{'' if n == 1 else 's'}"
+
+
+def _line(a: JobAction) -> str:
+    if a.action == "cancelled":
+        return f"job {a.id} ({a.kind}): cancelled (was {a.was})"
+    if a.action == "requested":
+        return f"job {a.id} ({a.kind}): cancel requested; {a.note}"
+    if a.action == "retried":
+        return f"job {a.id} ({a.kind}): retried: {a.note}"
+    return f"job {a.id} ({a.kind}): not changed: {a.note}"
+
+
+def counts(actions: list[JobAction], names: tuple[str, ...]) -> dict[str, int]:
+    return {name: sum(1 for a in actions if a.action == name) for name in names}
+
+
+def print_actions(actions: list[JobAction], summary: str, as_json: bool, counted: dict[str, int]) -> None:
+    if as_json:
+        print(json.dumps({**counted, "jobs": [a.to_json() for a in actions]}))
+        return
+    for action in actions[:SHOWN]:
+        print(_line(action))
+    if len(actions) > SHOWN:
+        print(f"... and {jobs(len(actions) - SHOWN)} more (--json lists them all)")
+    print(summary)
+
+
+def add_ids(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N", required=required,
+                        help="these jobs: --id 2 76906, or --id 2 --id 76906")
+
+
+def configure_pausing(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("queue", metavar="QUEUE")
+    parser.add_argument("--json", action="store_true", help='one JSON object: {"queue", "paused", "changed"}')
+
+
+def pause_or_resume(args: argparse.Namespace, pausing: bool) -> int:
+    from jobsup.ops.control import pause, resume
+
+    with connect(args) as conn:
+        changed = pause(conn, args.queue) if pausing else resume(conn, args.queue)
+    verb = "paused" if pausing else "resumed"
+    if args.json:
+        print(json.dumps({"queue": args.queue, "paused": pausing, "changed": changed}))
+    elif changed:
+        print(f"{verb} queue {args.queue}" + (": no supervisor claims from it; running jobs finish"
+                                               if pausing else ": supervisors claim from it again"))
+    else:
+        print(f"queue {args.queue} was {'paused already' if pausing else 'not paused'}: nothing changed")
+    return EXIT_OK

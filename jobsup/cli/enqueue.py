@@ -1,0 +1,166 @@
+"""`jobsup enqueue`: one job from the arguments, or every line of a JSON-lines file in one transaction."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import replace
+from typing import Any
+
+from jobsup.cli.options import connect, duration, integer, iso_time, positive_int
+from jobsup.durations import parse_duration
+from jobsup.errors import EXIT_OK, BadInput
+from jobsup.job import EncodedPayload, JobSpec
+
+HELP = "enqueue a job, or many from a JSON-lines file"
+
+# Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
+# progress. The whole file still goes in one transaction.
+ENQUEUE_CHUNK = 10_000
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.description = ("Enqueue KIND with an optional JSON payload, or every line of --file "
+                                   "(one JSON object per line: kind, payload, queue, priority, delay, "
+                                   "run_at, max_attempts, unique_key) in one transaction. With --file, "
+                                   "--queue, --priority, --delay, --run-at and --max-attempts are the "
+                                   "defaults of the lines that do not set that field.")
+    p.add_argument("kind", nargs="?", metavar="KIND")
+    p.add_argument("payload", nargs="?", metavar="JSON")
+    p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
+    p.add_argument("--queue", default="default", help="queue name (default: default)")
+    p.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
+    p.add_argument("--delay", type=duration, default=0.0, help="run after this long: 0.4, 400ms, 30s, 5m")
+    p.add_argument("--run-at", type=iso_time, help="run at this ISO time")
+    p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts before dead (default 3)")
+    p.add_argument("--unique-key", help="skip if a queued or running job has this key (not with --file)")
+    p.add_argument("--json", action="store_true",
+                   help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
+                        '{"enqueued": N, "skipped": N, "seconds": S}')
+    p.set_defaults(run=run)
+
+
+_FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key"}
+# The flags of `enqueue` that are defaults for the lines of --file that do not set the field.
+_FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts")
+
+
+def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = None) -> JobSpec:
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise BadInput(f"line {number}: not JSON: {exc.msg} (column {exc.colno})") from None
+    if not isinstance(obj, dict):
+        raise BadInput(f"line {number}: expected a JSON object with a \"kind\", got {type(obj).__name__}")
+    unknown = set(obj) - _FILE_FIELDS
+    if unknown:
+        raise BadInput(f"line {number}: unknown field(s) {', '.join(sorted(unknown))} "
+                       f"(allowed: {', '.join(sorted(_FILE_FIELDS))})")
+    # null is "not given": the flag's value, as when the field is left out
+    fields: dict[str, Any] = {name: value for name, value in obj.items() if value is not None}
+    if "kind" not in fields:
+        raise BadInput(f"line {number}: a job needs a \"kind\"")
+    try:
+        if "delay" in fields:
+            delay = fields["delay"]
+            if isinstance(delay, bool) or not isinstance(delay, (str, int, float)):
+                raise BadInput(f"delay must be seconds or a duration like \"400ms\", not {delay!r}")
+            fields["delay"] = parse_duration(delay)
+        if "run_at" in fields:
+            if not isinstance(fields["run_at"], str):
+                raise BadInput(f"run_at must be an ISO time string, not {fields['run_at']!r}")
+            fields["run_at"] = iso_time(fields["run_at"])
+        spec = JobSpec(**{**(defaults or {}), **fields})
+        spec.validate()
+        return replace(spec, payload=EncodedPayload(spec.encoded_payload()))
+    except (BadInput, argparse.ArgumentTypeError) as exc:
+        raise BadInput(f"line {number}: {exc}") from None
+
+
+def _read_specs(path: str, defaults: dict[str, Any] | None = None) -> list[JobSpec]:
+    try:
+        # Bytes, decoded line by line: a line that is not UTF-8 is named like any other bad line
+        # (standard input's text layer would pass it on as surrogates, for the server to refuse).
+        handle = sys.stdin.buffer if path == "-" else open(path, "rb")
+    except OSError as exc:
+        raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    specs = []
+    with handle:
+        try:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise BadInput(f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
+                                   f"at column {exc.start + 1})") from None
+                if line.strip():
+                    specs.append(_spec_from_line(number, line, defaults))
+        except OSError as exc:  # a directory, or a read error
+            raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+    return specs
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'' if n == 1 else 's'}"
+
+
+def _enqueue_file(args: argparse.Namespace) -> int:
+    from rich.progress import Progress
+
+    from jobsup.client import enqueue_many
+
+    if args.unique_key is not None:
+        raise BadInput("--unique-key names one job; with --file, give each line its own \"unique_key\"")
+    defaults = {name: getattr(args, name) for name in _FILE_DEFAULTS}
+    specs = _read_specs(args.file, defaults)  # all of it is checked before anything is written
+    started = time.perf_counter()
+    inserted = 0
+    with connect(args) as conn, Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
+        task = progress.add_task("enqueueing", total=len(specs))
+        with conn.transaction():
+            for start in range(0, len(specs), ENQUEUE_CHUNK):
+                chunk = specs[start:start + ENQUEUE_CHUNK]
+                inserted += sum(1 for job_id in enqueue_many(conn, chunk) if job_id is not None)
+                progress.advance(task, len(chunk))
+    skipped = len(specs) - inserted
+    took = time.perf_counter() - started
+    if args.json:
+        print(json.dumps({"enqueued": inserted, "skipped": skipped, "seconds": round(took, 3)}))
+        return EXIT_OK
+    note = f" ({skipped} skipped: unique_key already queued or running)" if skipped else ""
+    print(f"enqueued {_jobs(inserted)} in {took:.2f}s{note}")
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.file:
+        if args.kind or args.payload:
+            raise BadInput("give either KIND [JSON] or --file, not both")
+        return _enqueue_file(args)
+    if not args.kind:
+        raise BadInput("enqueue needs a KIND (or --file jobs.jsonl)")
+    payload: Any = None
+    if args.payload is not None:
+        try:
+            payload = json.loads(args.payload)
+        except json.JSONDecodeError as exc:
+            raise BadInput(f"payload is not JSON: {exc.msg} (column {exc.colno})") from None
+    from jobsup.client import enqueue
+
+    spec = JobSpec(args.kind, payload, queue=args.queue, priority=args.priority, delay=args.delay,
+                   run_at=args.run_at, max_attempts=args.max_attempts, unique_key=args.unique_key)
+    spec.validate()
+    spec.encoded_payload()
+    with connect(args) as conn:
+        job_id = enqueue(conn, spec)
+    # A skipped duplicate is a success (the job the key names exists): exit 0 either way, and a script
+    # tells them apart by the output (README, "enqueue").
+    if args.json:
+        print(json.dumps({"id": job_id, "skipped": job_id is None}))
+    elif job_id is None:
+        print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
+    else:
+        print(f"enqueued job {job_id}")
+    return EXIT_OK

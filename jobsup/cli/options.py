@@ -1,0 +1,120 @@
+"""Argument types and options that several commands share, below every CLI module (DESIGN.md: no CLI
+module imports another). Each type turns a refusal into argparse's one line and exit 2."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from datetime import datetime
+
+from jobsup.db import embedded
+from jobsup.durations import parse_duration
+from jobsup.errors import EXIT_USAGE, BadInput
+
+# PostgreSQL's integer: the columns priority and max_attempts, and every count a flag gives.
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that exits with EXIT_USAGE and one line, like every other refusal of jobsup."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
+def duration(text: str) -> float:
+    try:
+        return parse_duration(text)
+    except BadInput as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _whole(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+def positive_int(text: str) -> int:
+    """A whole number from 1 to 2147483647.
+
+    >>> positive_int("7")
+    7
+    >>> positive_int("99999999999")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: must be from 1 to 2147483647, not 99999999999
+    """
+    value = _whole(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1: {value}")
+    if value > INT_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {INT_MAX}, not {value}")
+    return value
+
+
+def count(text: str) -> int:
+    """A whole number from 0 to 2147483647 (0 meaning none, or never)."""
+    value = _whole(text)
+    if not 0 <= value <= INT_MAX:
+        raise argparse.ArgumentTypeError(f"must be from 0 to {INT_MAX}, not {value}")
+    return value
+
+
+def integer(text: str) -> int:
+    """A whole number within PostgreSQL's integer, -2147483648 to 2147483647."""
+    value = _whole(text)
+    if not INT_MIN <= value <= INT_MAX:
+        raise argparse.ArgumentTypeError(f"must be from {INT_MIN} to {INT_MAX}, not {value}")
+    return value
+
+
+def iso_time(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T09:30:00+00:00)") from None
+    if moment.tzinfo is None:
+        moment = moment.astimezone()  # a time without zone is the local time of the terminal
+    return moment
+
+
+def env_note(variable: str, builtin: object) -> str:
+    """The end of a flag's help: its variable, and the default in effect, which is the variable's value
+    when it is set (a --help that showed the built-in default then would tell the user the wrong one).
+    `%` is doubled because argparse formats help strings.
+
+    >>> env_note("JOBSUP_EXAMPLE", "8")
+    'env JOBSUP_EXAMPLE; default 8'
+    >>> os.environ["JOBSUP_EXAMPLE"] = "4"; env_note("JOBSUP_EXAMPLE", "8")
+    'env JOBSUP_EXAMPLE, set to 4; built-in default 8'
+    >>> del os.environ["JOBSUP_EXAMPLE"]
+    """
+    value = os.environ.get(variable)
+    note = f"env {variable}; default {builtin}" if value is None else \
+        f"env {variable}, set to {value or repr(value)}; built-in default {builtin}"
+    return note.replace("%", "%%")
+
+
+def database_options() -> argparse.ArgumentParser:
+    """--dsn and --data-dir, shared by every command that talks to the database."""
+    parent = argparse.ArgumentParser(add_help=False)
+    group = parent.add_argument_group("database")
+    # The DSN variables are never shown: they may hold a password.
+    group.add_argument("--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; "
+                                     "default: the embedded server of --data-dir)")
+    group.add_argument("--data-dir", help="data directory of the embedded PostgreSQL "
+                                          f"({env_note('JOBSUP_DATA_DIR', embedded.DEFAULT_DATA_DIR)})")
+    return parent
+
+
+def connect(args: argparse.Namespace, *, check_schema: bool = True):
+    """The database of a command's --dsn / --data-dir options (see database_options), its schema
+    checked to be current unless `check_schema` is False."""
+    from jobsup.db import dsn as dsns
+    from jobsup.db.migrate import require_schema
+
+    conn = dsns.connect(dsns.resolve(args.dsn, args.data_dir))
+    if check_schema:
+        require_schema(conn)
+    return conn

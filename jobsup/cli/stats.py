@@ -1,0 +1,121 @@
+"""`jobsup stats`: counts by status and kind, latency and run time per kind, the oldest ready job, dead
+jobs, expiring leases and attempts; rich tables, or one JSON object."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from jobsup.cli.options import connect, positive_int
+from jobsup.durations import format_age, format_seconds as ms
+from jobsup.errors import EXIT_OK
+from jobsup.ops.latency import WINDOWS
+from jobsup.ops.snapshot import Snapshot, snapshot
+
+HELP = "counts by status and kind, latency and run time per kind, oldest ready job, dead jobs, expiring leases, attempts"
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="one JSON object instead of tables")
+    p.add_argument("--dead", type=positive_int, default=10, metavar="N", help="dead jobs to list (default 10)")
+    p.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    with connect(args) as conn:
+        snap = snapshot(conn, dead_limit=args.dead)
+    if args.json:
+        print(json.dumps(snap.to_json(), indent=2, default=str))
+    else:
+        print_snapshot(snap)
+    return EXIT_OK
+
+
+_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead", "cancelled")
+
+
+def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
+    console = console or Console()
+    kinds = Table(title="jobs by kind", title_justify="left")
+    kinds.add_column("kind")
+    for name in _COLUMNS:
+        kinds.add_column(name, justify="right")
+    for row in snap.kinds:
+        kinds.add_row(row.kind, *(f"{getattr(row, name):,}" for name in _COLUMNS))
+    total = snap.total
+    kinds.add_row("total", *(f"{getattr(total, name):,}" for name in _COLUMNS), style="bold")
+    console.print(kinds)
+
+    if snap.paused_queues:  # control: `jobsup pause`
+        paused = Table(title="paused queues (no supervisor claims from them)", title_justify="left")
+        for name in ("queue", "paused at", "by"):
+            paused.add_column(name)
+        for row in snap.paused_queues:
+            paused.add_row(row["queue"], row["paused_at"].strftime("%Y-%m-%d %H:%M:%S"), row["paused_by"] or "")
+        console.print(paused)
+
+    oldest = Table(title="oldest ready job", title_justify="left")
+    oldest.add_column("queue")
+    oldest.add_column("age", justify="right")
+    for queue, age in snap.oldest_ready.items():
+        oldest.add_row(queue, format_age(age))
+    if not snap.oldest_ready:
+        oldest.add_row("(no ready jobs)", "-")
+    console.print(oldest)
+
+    dead = Table(title=f"dead jobs (newest {len(snap.dead_jobs)} of {total.dead:,})", title_justify="left")
+    for name in ("id", "kind", "attempts", "died", "last error"):
+        dead.add_column(name, justify="right" if name in ("id", "attempts") else "left")
+    for row in snap.dead_jobs:
+        died = row["done_at"].strftime("%Y-%m-%d %H:%M:%S") if row["done_at"] else "-"
+        dead.add_row(str(row["id"]), row["kind"], f"{row['attempts']}/{row['max_attempts']}", died,
+                     (row["last_error"] or "").splitlines()[0][:100] if row["last_error"] else "")
+    console.print(dead)
+
+    print_latency(snap, console)
+    print_leases_and_attempts(snap, console)
+
+
+def print_latency(snap: Snapshot, console: Console) -> None:
+    for window in WINDOWS:
+        table = Table(title=f"latency and run time, last {window}m", title_justify="left")
+        table.add_column("kind")
+        table.add_column("jobs", justify="right")
+        for name in ("latency p50", "p95", "p99", "run time p50", "p95", "p99"):
+            table.add_column(name, justify="right")
+        for k in snap.latency:
+            lat, run = k.get("queue_latency", window), k.get("run_time", window)
+            if not run.count and not lat.count:
+                continue
+            mark = " ↑ rising" if k.rising and window == WINDOWS[0] else ""
+            table.add_row(k.kind + mark, f"{run.count:,}", ms(lat.p50), ms(lat.p95), ms(lat.p99),
+                          ms(run.p50), ms(run.p95), ms(run.p99))
+        if not table.row_count:
+            table.add_row("(no job finished)", *["-"] * 7)
+        console.print(table)
+
+
+def print_leases_and_attempts(snap: Snapshot, console: Console) -> None:
+    leases = Table(title="leases expiring soonest", title_justify="left")
+    for name in ("id", "kind", "attempts", "held by", "expires in"):
+        leases.add_column(name, justify="right" if name in ("id", "attempts", "expires in") else "left")
+    for row in snap.expiring_leases:
+        remaining = row["remaining"]
+        left = "expired" if remaining is not None and remaining < 0 else format_age(remaining)
+        leases.add_row(str(row["id"]), row["kind"], str(row["attempts"]), row["locked_by"] or "-", left)
+    if not snap.expiring_leases:
+        leases.add_row("(no running job)", "", "", "", "")
+    console.print(leases)
+
+    attempts = Table(title="attempts, live and dead jobs", title_justify="left")
+    attempts.add_column("status")
+    attempts.add_column("attempts", justify="right")
+    attempts.add_column("jobs", justify="right")
+    for row in snap.attempts:
+        attempts.add_row(row["status"], str(row["attempts"]), f"{row['count']:,}")
+    if not snap.attempts:
+        attempts.add_row("(no live or dead job)", "", "")
+    console.print(attempts)

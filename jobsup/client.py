@@ -1,0 +1,147 @@
+"""Enqueueing: the functions that take the caller's connection, and Queue/AsyncQueue, which bring a pool.
+
+On a connection inside the caller's transaction, the job is part of it: rolled back, the job never
+existed; committed, it is there, and its NOTIFY goes out at commit. Each function has a sync and an
+asyncio form that share one statement of `db/queries/jobs.sql`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Unpack
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+from jobsup.db import dsn as dsns
+from jobsup.db.sql import Op, arun, run, sorted_ids
+from jobsup.job import EnqueueOptions, JobSpec, make_spec, max_payload_bytes
+
+if TYPE_CHECKING:
+    from jobsup.app import App
+
+OneJob = JobSpec | Mapping[str, Any]
+
+
+def _enqueue_op(spec: JobSpec) -> Op:
+    params = {
+        "queue": spec.queue, "kind": spec.kind, "payload": spec.encoded_payload(),
+        "priority": spec.priority, "run_at": spec.run_at, "delay": float(spec.delay),
+        "max_attempts": spec.max_attempts, "unique_key": spec.unique_key,
+    }
+    return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
+
+
+def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
+    limit = max_payload_bytes()  # once per batch, not once per job
+    params = {
+        "queues": [s.queue for s in specs], "kinds": [s.kind for s in specs],
+        "payloads": [s.encoded_payload(limit) for s in specs], "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs], "delays": [float(s.delay) for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+    }
+    if all(s.unique_key is None for s in specs):
+        # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.
+        return Op("enqueue_many_unkeyed", params, sorted_ids)
+    params["unique_keys"] = [s.unique_key for s in specs]
+
+    def parse(rows: list[tuple]) -> list[int | None]:
+        # Rows go in in input order, so ascending ids match the inserted inputs in order. An input was
+        # inserted unless its unique_key was skipped: live already, or taken earlier in this batch.
+        inserted_keys = {key for _, key in rows if key is not None}
+        ids = iter(sorted(row[0] for row in rows))
+        seen: set[str] = set()
+        result: list[int | None] = []
+        for spec in specs:
+            key = spec.unique_key
+            if key is None or (key in inserted_keys and key not in seen):
+                if key is not None:
+                    seen.add(key)
+                result.append(next(ids))
+            else:
+                result.append(None)
+        return result
+
+    return Op("enqueue_many", params, parse)
+
+
+def enqueue(conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None,
+            **options: Unpack[EnqueueOptions]) -> int | None:
+    """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
+    return run(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
+
+
+async def aenqueue(conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None,
+                   **options: Unpack[EnqueueOptions]) -> int | None:
+    """The asyncio form of enqueue."""
+    return await arun(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
+
+
+def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
+    """Enqueue many jobs in one statement; per input, its id or None where its unique_key was skipped."""
+    specs = [make_spec(job) for job in jobs]
+    return run(conn, _enqueue_many_op(specs)) if specs else []
+
+
+async def aenqueue_many(conn: psycopg.AsyncConnection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
+    """The asyncio form of enqueue_many."""
+    specs = [make_spec(job) for job in jobs]
+    return await arun(conn, _enqueue_many_op(specs)) if specs else []
+
+
+def _empty_app() -> App:
+    from jobsup.app import App  # app imports this module for its own enqueue
+
+    return App()
+
+
+class Queue:
+    """`Queue(dsn).enqueue("email", {...})`: each call commits on its own. Pass `app` for its defaults."""
+
+    def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
+        self.app = app or _empty_app()
+        self.pool = ConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
+                                   kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+                                   open=True)
+
+    def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
+        with self.pool.connection() as conn:
+            return self.app.enqueue(conn, kind, payload, **options)
+
+    def enqueue_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+        with self.pool.connection() as conn:
+            return self.app.enqueue_many(conn, jobs)
+
+    def close(self) -> None:
+        self.pool.close()
+
+    def __enter__(self) -> Queue:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncQueue:
+    """The asyncio form of Queue: `async with AsyncQueue(dsn) as q: await q.enqueue(...)`."""
+
+    def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
+        self.app = app or _empty_app()
+        self.pool = AsyncConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
+                                        kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+                                        open=False)
+
+    async def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
+        async with self.pool.connection() as conn:
+            return await self.app.aenqueue(conn, kind, payload, **options)
+
+    async def enqueue_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+        async with self.pool.connection() as conn:
+            return await self.app.aenqueue_many(conn, jobs)
+
+    async def __aenter__(self) -> AsyncQueue:
+        await self.pool.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.pool.close()

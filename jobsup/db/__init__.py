@@ -1,0 +1,7 @@
+"""The database: where it is (DSN resolution, the embedded server), its schema (numbered migrations) and
+its statements (`queries/*.sql`, one file a domain, loaded once by `sql`). `lifecycle` holds the
+supervisor's own statements: claim, complete, fail, snooze, cancel, release, renew, reap.
+
+May import: jobsup.errors, jobsup.job, jobsup.outcomes. Never the CLI, the supervisor, the console,
+argparse, rich or textual.
+"""

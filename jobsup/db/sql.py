@@ -1,0 +1,78 @@
+"""The named statements of `jobsup/db/queries/*.sql`, loaded once, and the one way to run them.
+
+Each file holds the statements of one domain; a statement's name is unique across all of them. No
+statement is ever assembled from input: callers pick one by name and pass parameters.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+import psycopg
+
+_NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
+# Comment lines after a statement's last line of SQL: the header of the next section, not this
+# statement's. Left on, a placeholder named in such a header would be a parameter of this statement.
+_TRAILING_COMMENTS = re.compile(r"(\n\s*(--[^\n]*)?)+\Z")
+
+
+def load(text: str) -> dict[str, str]:
+    """Statements of a file where each begins with a `-- name: NAME` line.
+
+    >>> load("-- name: a\\nSELECT 1\\n\\n-- section\\n-- %(x)s is...\\n-- name: b\\n-- why\\nSELECT 2\\n")
+    {'a': 'SELECT 1', 'b': '-- why\\nSELECT 2'}
+    """
+    parts = _NAME.split(text)
+    return {name: _TRAILING_COMMENTS.sub("", body.strip()) for name, body in zip(parts[1::2], parts[2::2])}
+
+
+def load_all() -> dict[str, str]:
+    """Every file's statements; a name given twice is a bug caught at import, not a silent override."""
+    statements: dict[str, str] = {}
+    folder = resources.files("jobsup.db").joinpath("queries")
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        for name, body in load(entry.read_text()).items():
+            if name in statements:
+                raise RuntimeError(f"statement {name!r} of {entry.name} is named twice")
+            statements[name] = body
+    return statements
+
+
+STATEMENTS: dict[str, str] = load_all()
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One statement to run: its name, its parameters, and what makes its rows into the answer.
+
+    The sync and asyncio forms of an operation share one Op, so they cannot drift apart.
+    """
+
+    name: str
+    params: Mapping[str, Any]
+    parse: Callable[[list[tuple[Any, ...]]], Any]
+
+
+# Every statement run here returns rows (RETURNING or SELECT), so they are fetched without asking for
+# cur.description, which builds column objects: about 9 µs a statement.
+def run(conn: psycopg.Connection[Any], op: Op) -> Any:
+    with conn.cursor() as cur:
+        cur.execute(STATEMENTS[op.name], op.params)
+        return op.parse(cur.fetchall())
+
+
+async def arun(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
+    async with conn.cursor() as cur:
+        await cur.execute(STATEMENTS[op.name], op.params)
+        return op.parse(await cur.fetchall())
+
+
+def sorted_ids(rows: list[tuple[Any, ...]]) -> list[int]:
+    """The first column of `rows`, ascending: the ids a statement touched."""
+    return sorted(row[0] for row in rows)

@@ -1,0 +1,36 @@
+"""Handlers of the supervisor benchmark (`jobsup bench` and benchmarks/bench_supervisor.py)."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psycopg
+
+from jobsup.db import dsn as dsns
+from jobsup.app import App
+from jobsup.job import Job
+from jobsup.db.sql import STATEMENTS as SQL
+
+app = App()
+_conn: psycopg.Connection | None = None
+
+
+@app.handler("noop")
+def noop(job: Job) -> None:
+    pass
+
+
+@app.handler("sleep_1ms")
+def sleep_1ms(job: Job) -> None:
+    time.sleep(0.001)
+
+
+@app.handler("pickup")
+def pickup(job: Job) -> None:
+    """Write when the handler started, for the pickup latency from the enqueuer's commit."""
+    started = time.time()
+    global _conn
+    if _conn is None:
+        _conn = dsns.connect(os.environ["JOBSUP_BENCH_DSN"])  # JOBSUP_POOLER says whether it may prepare
+    _conn.execute(SQL["bench_pickup_started"], {"job_id": job.id, "started": started})

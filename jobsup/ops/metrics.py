@@ -1,0 +1,116 @@
+"""`jobsup metrics`: the queue-wide gauges, served once for the whole queue.
+
+Every supervisor exports what it does itself (jobsup/supervisor/metrics.py); what the queue holds
+(jobs ready, scheduled, running and dead by queue and kind, the oldest ready job per queue) is the
+same whichever supervisor reads it, so one small process reads it at each scrape and serves it, and
+adding supervisors adds no duplicate series and no load. Each scrape reads the partial indexes of live
+and dead jobs, never the finished ones.
+"""
+
+from __future__ import annotations
+
+import errno
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import psycopg
+from psycopg.rows import dict_row
+
+from jobsup.db import dsn as dsns
+from jobsup.errors import BadInput, first_line
+from jobsup.db.sql import STATEMENTS as SQL
+
+STATUSES = ("ready", "scheduled", "running", "dead")
+
+
+class QueueCollector:
+    """Reads the queue's figures at each scrape over one connection, opened again when it breaks."""
+
+    def __init__(self, dsn: str) -> None:
+        self.dsn = dsn
+        self.conn: psycopg.Connection | None = None
+        self.lock = threading.Lock()  # the HTTP server may answer two scrapes at once
+        self.last_error: str | None = None  # while the database does not answer
+
+    def _rows(self) -> tuple[list[dict], list[dict], list[dict]]:
+        if self.conn is None or self.conn.closed:
+            self.conn = dsns.connect(self.dsn)
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            results = []
+            for name in ("live_counts", "exporter_dead", "oldest_ready"):
+                cur.execute(SQL[name])
+                results.append(cur.fetchall())
+        return results[0], results[1], results[2]
+
+    def collect(self) -> Iterator:
+        from prometheus_client.core import GaugeMetricFamily
+
+        started = time.perf_counter()
+        up = GaugeMetricFamily("jobsup_database_up", "1 when this scrape read the queue's figures")
+        try:
+            with self.lock:
+                live, dead, oldest = self._rows()
+            if self.last_error is not None:
+                print("jobsup metrics: the database answers again", file=sys.stderr, flush=True)
+            self.last_error = None
+        except Exception as exc:  # psycopg's, or DatabaseUnavailable: the scrape reports the outage
+            conn, self.conn = self.conn, None
+            if conn is not None:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+            if self.last_error is None:  # once per outage, not once per scrape
+                print(f"jobsup metrics: the database did not answer: {dsns.redact(first_line(exc))}",
+                      file=sys.stderr, flush=True)
+            self.last_error = first_line(exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        jobs = GaugeMetricFamily("jobsup_queue_jobs", "Jobs in the queue now, by queue, kind and status "
+                                 "(ready: runnable now; scheduled: run_at in the future)",
+                                 labels=["queue", "kind", "status"])
+        counts: dict[tuple[str, str, str], int] = {}
+        for row in live:
+            for status in ("ready", "scheduled", "running"):
+                key = (row["queue"], row["kind"], status)
+                counts[key] = counts.get(key, 0) + row[status]
+        for row in dead:
+            counts[(row["queue"], row["kind"], "dead")] = row["dead"]
+        for (queue, kind, status), n in sorted(counts.items()):
+            jobs.add_metric([queue, kind, status], n)
+        yield jobs
+        age = GaugeMetricFamily("jobsup_oldest_ready_age_seconds", "Age of the oldest ready job of each "
+                                "queue (its run_at to now); absent for a queue with none", labels=["queue"])
+        for row in oldest:
+            age.add_metric([row["queue"]], row["age"])
+        yield age
+        yield GaugeMetricFamily("jobsup_exporter_scrape_seconds", "Time this scrape took to read the figures",
+                                value=time.perf_counter() - started)
+
+
+def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) -> None:
+    """Serve /metrics on host:port until SIGTERM or Ctrl-C."""
+    from prometheus_client import CollectorRegistry, start_http_server
+
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(QueueCollector(dsn))
+    try:
+        server, thread = start_http_server(port, addr=host, registry=registry)
+    except OSError as exc:
+        what = "the port is in use" if exc.errno == errno.EADDRINUSE else exc.strerror
+        raise BadInput(f"--port {port}: {what} on {host}") from None
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, lambda *_: stop.set())
+    print(f"serving the queue's metrics on http://{host}:{port}/metrics (Ctrl-C stops)", flush=True)
+    if ready is not None:
+        ready.set()
+    stop.wait()
+    server.shutdown()
+    thread.join(5)

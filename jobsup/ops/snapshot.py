@@ -1,0 +1,159 @@
+"""What is in the queue, as plain values: the figures of `jobsup stats` and of the console.
+
+Every query reads a partial index of live jobs or the small per-kind totals, so its cost follows the
+backlog, never the number of finished jobs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import psycopg
+from psycopg.rows import dict_row
+
+from jobsup.ops.latency import KindLatency, summarize
+from jobsup.db.sql import STATEMENTS as SQL
+
+
+LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
+# Read from the per-kind totals the supervisors keep; cancelled: by `jobsup cancel` or a Discard.
+TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
+COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
+
+
+@dataclass(frozen=True)
+class KindCounts:
+    kind: str
+    ready: int = 0
+    scheduled: int = 0  # queued with a future run_at
+    running: int = 0
+    done: int = 0  # ever
+    failed: int = 0  # failed attempts, ever
+    dead: int = 0  # dead now
+    cancelled: int = 0  # ever
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    taken_at: datetime
+    kinds: list[KindCounts]
+    oldest_ready: dict[str, float]  # queue -> age in seconds of its oldest ready job
+    dead_jobs: list[dict[str, Any]]
+    dead_groups: list[dict[str, Any]]
+    supervisors: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    paused_queues: list[dict[str, Any]] = field(default_factory=list)  # {queue, paused_at, paused_by}
+    latency: list[KindLatency] = field(default_factory=list)  # per kind, from jobsup.ops.latency
+    expiring_leases: list[dict[str, Any]] = field(default_factory=list)  # running jobs, soonest first
+    attempts: list[dict[str, Any]] = field(default_factory=list)  # (status, attempts, count) of live and dead
+
+    @property
+    def total(self) -> KindCounts:
+        return KindCounts("total", **column_sums(self.kinds))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "taken_at": self.taken_at.isoformat(),
+            "kinds": [asdict(k) for k in self.kinds],
+            "total": asdict(self.total),
+            "oldest_ready": self.oldest_ready,
+            "dead_jobs": [_jsonable(row) for row in self.dead_jobs],
+            "dead_groups": [_jsonable(row) for row in self.dead_groups],
+            "supervisors": [_jsonable(row) for row in self.supervisors],
+            "events": [_jsonable(row) for row in self.events],
+            "paused_queues": [_jsonable(row) for row in self.paused_queues],
+            "latency": [k.to_json() for k in self.latency],
+            "expiring_leases": [_jsonable(row) for row in self.expiring_leases],
+            "attempts": [_jsonable(row) for row in self.attempts],
+        }
+
+
+def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
+    """Each count column summed over `kinds`: the figures of a total row."""
+    kinds = list(kinds)
+    return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
+
+
+def counts_by_kind(live: Iterable[Mapping[str, Any]],
+                   totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+    """Counts by kind from the rows of `live_counts` (one per kind and queue) and of `kind_totals`.
+
+    >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
+    ...         {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}]
+    >>> totals = [{"kind": "a", "done": 9, "failed": 1, "dead": 0, "cancelled": 0},
+    ...           {"kind": "b", "done": 4, "failed": 0, "dead": 2, "cancelled": 1}]
+    >>> counts = counts_by_kind(live, totals)
+    >>> counts["a"]
+    {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0, 'cancelled': 0}
+    >>> counts["b"]  # no live job: KindCounts' defaults stand for the rest
+    {'done': 4, 'failed': 0, 'dead': 2, 'cancelled': 1}
+    """
+    merged: dict[str, dict[str, int]] = {}
+    for row in live:
+        counts = merged.setdefault(row["kind"], {})
+        for name in LIVE_COLUMNS:
+            counts[name] = counts.get(name, 0) + row[name]
+    for row in totals:
+        merged.setdefault(row["kind"], {}).update({name: row[name] for name in TOTAL_COLUMNS})
+    return merged
+
+
+def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: v.isoformat() if isinstance(v, datetime) else v for k, v in row.items()}
+
+
+# (statement, parameters) of one snapshot, in the order build() takes them.
+def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
+        ("dead_jobs", {"limit": dead_limit, "match": None}),
+        ("dead_groups", {"limit": dead_limit, "match": None}),
+        ("supervisors", {}), ("recent_events", {"limit": event_limit}), ("queue_pauses", {}),
+        ("latency_read", {}), ("expiring_leases", {"limit": lease_limit}), ("attempts_histogram", {}),
+    ]
+
+
+def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
+    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts = results
+    kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
+    return Snapshot(
+        taken_at=datetime.now(timezone.utc), kinds=kinds,
+        oldest_ready={row["queue"]: row["age"] for row in oldest},
+        dead_jobs=dead_jobs, dead_groups=dead_groups, supervisors=supervisors, events=events,
+        paused_queues=paused,
+        latency=summarize(latency), expiring_leases=leases, attempts=attempts,
+    )
+
+
+def snapshot(conn: psycopg.Connection, *, dead_limit: int = 20, event_limit: int = 20) -> Snapshot:
+    results = []
+    with conn.cursor(row_factory=dict_row) as cur:
+        for name, params in _queries(dead_limit, event_limit):
+            cur.execute(SQL[name], params)
+            results.append(cur.fetchall())
+    return _build(results)
+
+
+async def asnapshot(conn: psycopg.AsyncConnection, *, dead_limit: int = 20, event_limit: int = 20) -> Snapshot:
+    results = []
+    async with conn.cursor(row_factory=dict_row) as cur:
+        for name, params in _queries(dead_limit, event_limit):
+            await cur.execute(SQL[name], params)
+            results.append(await cur.fetchall())
+    return _build(results)
+
+
+def rows(conn: psycopg.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
+    """The rows of one named query of queries.sql, e.g. rows(conn, "expiring_leases", limit=10)."""
+    with conn.cursor(row_factory=dict_row) as cur:
+        cur.execute(SQL[name], params)
+        return cur.fetchall()
+
+
+async def arows(conn: psycopg.AsyncConnection, name: str, **params: Any) -> list[dict[str, Any]]:
+    async with conn.cursor(row_factory=dict_row) as cur:
+        await cur.execute(SQL[name], params)
+        return await cur.fetchall()
