@@ -29,10 +29,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.server import fresh_database  # noqa: E402
-from jobsup import queue  # noqa: E402
-from jobsup.ops.control import cancel  # noqa: E402
-from jobsup.db.migrate import migrate  # noqa: E402
+from benchmarks.server import fresh_database
+from jobsup import queue
+from jobsup.db.migrate import migrate
+from jobsup.ops.control import cancel
 
 
 def gone(pid: int) -> bool:
@@ -56,9 +56,16 @@ def run(dsn: str, cancels: int) -> dict:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "JOBSUP_RECORD_DSN": dsn}
     with psycopg.connect(dsn, autocommit=True) as conn:
         migrate(conn)
-        conn.execute("CREATE TABLE calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())")
-        sup = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", "tests.control_app:app",
-                                "--procs", "2"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        conn.execute(
+            "CREATE TABLE calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())"
+        )
+        sup = subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", "tests.control_app:app", "--procs", "2"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         try:
             kill_ms, written_ms, pickup_ms, api_ms = [], [], [], []
             for n in range(cancels + 1):  # the first round warms the supervisor up and is not counted
@@ -71,16 +78,26 @@ def run(dsn: str, cancels: int) -> dict:
             for _ in range(cancels + 1):
                 job_id = queue.enqueue(conn, "sleep", {"seconds": 3600})
                 enqueued = time.time()
-                pid, at = wait(lambda: conn.execute("SELECT pid, at FROM calls WHERE job_id = %s",
-                                                    (job_id,)).fetchone(), 60)
-                result = subprocess.run([sys.executable, "-m", "jobsup", "cancel", "--id", str(job_id), "--dsn", dsn],
-                                        cwd=ROOT, env=env, capture_output=True, text=True)
+                pid, at = wait(
+                    lambda: conn.execute("SELECT pid, at FROM calls WHERE job_id = %s", (job_id,)).fetchone(), 60
+                )
+                result = subprocess.run(
+                    [sys.executable, "-m", "jobsup", "cancel", "--id", str(job_id), "--dsn", dsn],
+                    cwd=ROOT,
+                    env=env,
+                    capture_output=True,
+                    text=True,
+                )
                 returned = time.monotonic()
                 assert result.returncode == 0, result.stderr
                 wait(lambda: gone(pid), 30)
                 killed = time.monotonic()
-                wait(lambda: conn.execute("SELECT status = 'cancelled' FROM jobsup.jobs WHERE id = %s",
-                                          (job_id,)).fetchone()[0], 30)
+                wait(
+                    lambda: conn.execute(
+                        "SELECT status = 'cancelled' FROM jobsup.jobs WHERE id = %s", (job_id,)
+                    ).fetchone()[0],
+                    30,
+                )
                 written = time.monotonic()
                 kill_ms.append((killed - returned) * 1000)
                 written_ms.append((written - returned) * 1000)
@@ -91,10 +108,16 @@ def run(dsn: str, cancels: int) -> dict:
             sup.wait(60)
     with open("/proc/loadavg") as handle:
         load = handle.read().split()[0]
-    return {"cancels": cancels, "worker_gone_p50_ms": statistics.median(kill_ms), "worker_gone_max_ms": max(kill_ms),
-            "cancelled_written_p50_ms": statistics.median(written_ms),
-            "api_worker_gone_p50_ms": statistics.median(api_ms), "api_worker_gone_max_ms": max(api_ms),
-            "pickup_p50_ms": statistics.median(pickup_ms), "loadavg": load}
+    return {
+        "cancels": cancels,
+        "worker_gone_p50_ms": statistics.median(kill_ms),
+        "worker_gone_max_ms": max(kill_ms),
+        "cancelled_written_p50_ms": statistics.median(written_ms),
+        "api_worker_gone_p50_ms": statistics.median(api_ms),
+        "api_worker_gone_max_ms": max(api_ms),
+        "pickup_p50_ms": statistics.median(pickup_ms),
+        "loadavg": load,
+    }
 
 
 def main() -> None:
@@ -105,11 +128,13 @@ def main() -> None:
     args = parser.parse_args()
     with fresh_database(args.dsn, f"jobsup_bench_cancel_{os.getpid()}") as dsn:
         r = run(dsn, args.cancels)
-    print(f"{r['cancels']} cancels of a running job: worker gone p50 {r['worker_gone_p50_ms']:.1f} ms "
-          f"(max {r['worker_gone_max_ms']:.1f}) after `jobsup cancel` returned, row written cancelled p50 "
-          f"{r['cancelled_written_p50_ms']:.1f} ms; through jobsup.control.cancel, worker gone p50 "
-          f"{r['api_worker_gone_p50_ms']:.1f} ms (max {r['api_worker_gone_max_ms']:.1f}) after its commit; "
-          f"baseline pickup of a job p50 {r['pickup_p50_ms']:.1f} ms; load average {r['loadavg']}")
+    print(
+        f"{r['cancels']} cancels of a running job: worker gone p50 {r['worker_gone_p50_ms']:.1f} ms "
+        f"(max {r['worker_gone_max_ms']:.1f}) after `jobsup cancel` returned, row written cancelled p50 "
+        f"{r['cancelled_written_p50_ms']:.1f} ms; through jobsup.control.cancel, worker gone p50 "
+        f"{r['api_worker_gone_p50_ms']:.1f} ms (max {r['api_worker_gone_max_ms']:.1f}) after its commit; "
+        f"baseline pickup of a job p50 {r['pickup_p50_ms']:.1f} ms; load average {r['loadavg']}"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(r, indent=2))
 

@@ -30,9 +30,9 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from jobsup import queue
 from jobsup.db import embedded
-from jobsup import queue  # noqa: E402
-from jobsup.db.migrate import migrate  # noqa: E402
+from jobsup.db.migrate import migrate
 
 WARMUP = 3  # fires not measured: the supervisors are still starting
 SUPERVISORS = 3
@@ -56,9 +56,26 @@ def one_run(server_dsn: str, fires: int) -> dict[str, float]:
             migrate(conn)
             conn.execute("CREATE TABLE cron_calls (job_id bigint, fire_at timestamptz, started timestamptz)")
             for _ in range(SUPERVISORS):
-                procs.append(subprocess.Popen(
-                    [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", "tests.cron_app:app",
-                     "--procs", "2"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            sys.executable,
+                            "-m",
+                            "jobsup",
+                            "start",
+                            "--dsn",
+                            dsn,
+                            "--app",
+                            "tests.cron_app:app",
+                            "--procs",
+                            "2",
+                        ],
+                        cwd=ROOT,
+                        env=env,
+                        stdout=subprocess.DEVNULL,
+                        stderr=subprocess.DEVNULL,
+                    )
+                )
             # The baseline: a delayed job for the middle of each second to come.
             (now,) = conn.execute("SELECT date_trunc('second', now())").fetchone()
             for n in range(1, fires + WARMUP + 30):
@@ -70,7 +87,8 @@ def one_run(server_dsn: str, fires: int) -> dict[str, float]:
             while time.monotonic() < deadline:
                 rows = conn.execute(
                     "SELECT c.fire_at, extract(epoch FROM c.started - c.fire_at)::float8, j.payload ? 'schedule'"
-                    " FROM cron_calls c JOIN jobsup.jobs j ON j.id = c.job_id ORDER BY c.fire_at").fetchall()
+                    " FROM cron_calls c JOIN jobsup.jobs j ON j.id = c.job_id ORDER BY c.fire_at"
+                ).fetchall()
                 scheduled = [r for r in rows if r[2]]
                 if first is None and scheduled:
                     first = scheduled[0][0]
@@ -87,11 +105,17 @@ def one_run(server_dsn: str, fires: int) -> dict[str, float]:
             base_ms = [r[1] * 1000 for r in baseline]
             (count, distinct) = conn.execute(
                 "SELECT count(*), count(DISTINCT payload->>'fire_at') FROM jobsup.jobs"
-                " WHERE payload->>'schedule' = 'tick'").fetchone()
-            return {"fire_p50_ms": percentile(fire_ms, 50), "fire_p99_ms": percentile(fire_ms, 99),
-                    "fire_max_ms": max(fire_ms), "delayed_p50_ms": percentile(base_ms, 50),
-                    "delayed_p99_ms": percentile(base_ms, 99), "fires": len(fire_ms),
-                    "duplicates": count - distinct}
+                " WHERE payload->>'schedule' = 'tick'"
+            ).fetchone()
+            return {
+                "fire_p50_ms": percentile(fire_ms, 50),
+                "fire_p99_ms": percentile(fire_ms, 99),
+                "fire_max_ms": max(fire_ms),
+                "delayed_p50_ms": percentile(base_ms, 50),
+                "delayed_p99_ms": percentile(base_ms, 99),
+                "fires": len(fire_ms),
+                "duplicates": count - distinct,
+            }
     finally:
         for proc in procs:
             proc.terminate()
@@ -121,18 +145,23 @@ def main() -> None:
         for n in range(args.runs):
             result = one_run(dsn, args.fires)
             runs.append(result)
-            print(f"run {n + 1}: fire p50 {result['fire_p50_ms']:.1f} ms, p99 {result['fire_p99_ms']:.1f} ms "
-                  f"(max {result['fire_max_ms']:.1f}); delayed job p50 {result['delayed_p50_ms']:.1f} ms, "
-                  f"p99 {result['delayed_p99_ms']:.1f} ms; {result['fires']} fires, "
-                  f"{result['duplicates']} enqueued twice", flush=True)
+            print(
+                f"run {n + 1}: fire p50 {result['fire_p50_ms']:.1f} ms, p99 {result['fire_p99_ms']:.1f} ms "
+                f"(max {result['fire_max_ms']:.1f}); delayed job p50 {result['delayed_p50_ms']:.1f} ms, "
+                f"p99 {result['delayed_p99_ms']:.1f} ms; {result['fires']} fires, "
+                f"{result['duplicates']} enqueued twice",
+                flush=True,
+            )
         summary = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
         summary["ratio_p50_fire_to_delayed"] = summary["fire_p50_ms"] / summary["delayed_p50_ms"]
         with open("/proc/loadavg") as handle:
             summary["loadavg"] = handle.read().split()[0]
-        print(f"median of {args.runs} runs ({SUPERVISORS} supervisors, {args.fires} fires of a 1s schedule each): "
-              f"fire latency p50 {summary['fire_p50_ms']:.1f} ms, p99 {summary['fire_p99_ms']:.1f} ms; "
-              f"a delayed job's p50 {summary['delayed_p50_ms']:.1f} ms, p99 {summary['delayed_p99_ms']:.1f} ms "
-              f"(fire/delayed p50 x{summary['ratio_p50_fire_to_delayed']:.2f}); load average {summary['loadavg']}")
+        print(
+            f"median of {args.runs} runs ({SUPERVISORS} supervisors, {args.fires} fires of a 1s schedule each): "
+            f"fire latency p50 {summary['fire_p50_ms']:.1f} ms, p99 {summary['fire_p99_ms']:.1f} ms; "
+            f"a delayed job's p50 {summary['delayed_p50_ms']:.1f} ms, p99 {summary['delayed_p99_ms']:.1f} ms "
+            f"(fire/delayed p50 x{summary['ratio_p50_fire_to_delayed']:.2f}); load average {summary['loadavg']}"
+        )
         if args.json:
             Path(args.json).write_text(json.dumps({"runs": runs, "median": summary}, indent=2))
     finally:

@@ -28,12 +28,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import queue  # noqa: E402
+from jobsup import queue
+from jobsup.ops.bench import done_of, wait
 
-from jobsup.ops.bench import done_of, wait  # noqa: E402
-
-from .bench_supervisor import bench_args, run_all  # noqa: E402
-from .scratch import database as bench_database  # noqa: E402
+from .bench_supervisor import bench_args, run_all
+from .scratch import database as bench_database
 
 ENQUEUES = 2_000
 NOOP_JOBS = 20_000
@@ -68,9 +67,12 @@ def enqueue_rates(conn: psycopg.Connection) -> dict[str, float]:
         with conn.transaction():
             jobsup_each()
 
-    return {"enqueue_backend_per_s": timed(backend_each), "enqueue_jobsup_per_s": timed(jobsup_each),
-            "enqueue_atomic_backend_per_s": timed(backend_atomic),
-            "enqueue_transaction_jobsup_per_s": timed(jobsup_transaction)}
+    return {
+        "enqueue_backend_per_s": timed(backend_each),
+        "enqueue_jobsup_per_s": timed(jobsup_each),
+        "enqueue_atomic_backend_per_s": timed(backend_atomic),
+        "enqueue_transaction_jobsup_per_s": timed(jobsup_transaction),
+    }
 
 
 def noop_rate(dsn: str, conn: psycopg.Connection, procs: int, django: bool) -> float:
@@ -78,9 +80,14 @@ def noop_rate(dsn: str, conn: psycopg.Connection, procs: int, django: bool) -> f
     mode = ["--django", SETTINGS] if django else ["--app", "jobsup.ops.bench_app:app"]
     env = {**os.environ, "JOBSUP_DSN": dsn, "PYTHONPATH": str(ROOT)}
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-django-", suffix=".log", delete=False)
-    process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                *mode], cwd=ROOT, env=env, stderr=log)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs), *mode],
+        cwd=ROOT,
+        env=env,
+        stderr=log,
+    )
     try:
+
         def all_idle() -> bool:
             row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
             return bool(row) and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
@@ -98,8 +105,11 @@ def noop_rate(dsn: str, conn: psycopg.Connection, procs: int, django: bool) -> f
     finally:
         process.terminate()
         process.wait(60)
-        wait(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0, 30,
-             "the supervisor's row to go")
+        wait(
+            lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0,
+            30,
+            "the supervisor's row to go",
+        )
 
 
 def one_run(dsn: str, procs: int, number: int) -> dict[str, float]:
@@ -112,16 +122,21 @@ def one_run(dsn: str, procs: int, number: int) -> dict[str, float]:
         for django in order:
             figures["noop_django_per_s" if django else "noop_plain_per_s"] = noop_rate(dsn, conn, procs, django)
     figures["enqueue_ratio"] = figures["enqueue_backend_per_s"] / figures["enqueue_jobsup_per_s"]
-    figures["enqueue_atomic_ratio"] = figures["enqueue_atomic_backend_per_s"] / \
-        figures["enqueue_transaction_jobsup_per_s"]
+    figures["enqueue_atomic_ratio"] = (
+        figures["enqueue_atomic_backend_per_s"] / figures["enqueue_transaction_jobsup_per_s"]
+    )
     figures["noop_ratio"] = figures["noop_django_per_s"] / figures["noop_plain_per_s"]
     return figures
 
 
 ROWS = [
     ("enqueue, a transaction each", "enqueue_backend_per_s", "enqueue_jobsup_per_s", "enqueue_ratio"),
-    ("enqueue, 2,000 in one transaction", "enqueue_atomic_backend_per_s", "enqueue_transaction_jobsup_per_s",
-     "enqueue_atomic_ratio"),
+    (
+        "enqueue, 2,000 in one transaction",
+        "enqueue_atomic_backend_per_s",
+        "enqueue_transaction_jobsup_per_s",
+        "enqueue_atomic_ratio",
+    ),
     ("20,000 no-op jobs, jobsup start --procs 8", "noop_django_per_s", "noop_plain_per_s", "noop_ratio"),
 ]
 
@@ -135,8 +150,10 @@ def main() -> int:
 
         django.setup()
         runs, medians = run_all(lambda number: one_run(dsn, args.procs, number), args.runs)
-        print(f"\nDjango {django.get_version()}, median of {args.runs} runs "
-              f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+        print(
+            f"\nDjango {django.get_version()}, median of {args.runs} runs "
+            f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):"
+        )
         print(f"  {'':<44} {'Django backend':>15} {'jobsup':>10} {'ratio':>6}")
         for label, ours, theirs, ratio in ROWS:
             print(f"  {label:<44} {medians[ours]:>11,.0f} /s {medians[theirs]:>8,.0f} /s {medians[ratio]:>6.2f}")

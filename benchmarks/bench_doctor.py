@@ -19,11 +19,10 @@ import time
 
 import psycopg
 
+from benchmarks import scratch
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.ops.doctor import run_checks
 from jobsup.ops.health import health_warning
-from jobsup.db.sql import STATEMENTS as SQL
-
-from benchmarks import scratch
 
 
 def _median_ms(samples: list[float]) -> float:
@@ -38,8 +37,10 @@ def measure(conn: psycopg.Connection, calls: int) -> tuple[float, float, float]:
         started = time.perf_counter()
         health_warning(conn)
         wall.append(time.perf_counter() - started)
-    server = [conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {SQL['health']}").fetchone()[0][0]["Execution Time"]
-              for _ in range(max(5, calls // 10))]
+    server = [
+        conn.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {SQL['health']}").fetchone()[0][0]["Execution Time"]
+        for _ in range(max(5, calls // 10))
+    ]
     doctor = []
     for _ in range(5):
         started = time.perf_counter()
@@ -61,12 +62,17 @@ def main(argv: list[str] | None = None) -> int:
         try:
             with psycopg.connect(dsn, autocommit=True) as conn:
                 idle = [psycopg.connect(dsn, autocommit=True) for _ in range(args.sessions)]
-                print(f"load average {open('/proc/loadavg').read().split()[0]}; {args.sessions} idle sessions; "
-                      f"medians of {args.calls} health lines and 5 doctor runs")
+                print(
+                    f"load average {open('/proc/loadavg').read().split()[0]}; {args.sessions} idle sessions; "
+                    f"medians of {args.calls} health lines and 5 doctor runs"
+                )
                 rows = [("empty jobs table", *measure(conn, args.calls))]
-                conn.execute("""
+                conn.execute(
+                    """
                     INSERT INTO jobsup.jobs (kind, status, attempts, done_at)
-                    SELECT 'email', 'done', 1, now() FROM generate_series(1, %s)""", (args.done,))
+                    SELECT 'email', 'done', 1, now() FROM generate_series(1, %s)""",
+                    (args.done,),
+                )
                 conn.execute("VACUUM ANALYZE jobsup.jobs")
                 rows.append((f"{args.done:,} done jobs", *measure(conn, args.calls)))
         finally:

@@ -30,10 +30,10 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import scratch  # noqa: E402
-from benchmarks.drain import ServerCPU  # noqa: E402
-from jobsup import benchmark  # noqa: E402
-from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
+from benchmarks import scratch
+from benchmarks.drain import ServerCPU
+from jobsup import benchmark
+from jobsup.db.sql import STATEMENTS as SQL
 
 LAYOUTS = {"1x8": (1, 8), "4x2": (4, 2)}
 
@@ -55,15 +55,25 @@ def layout_run(dsn: str, supervisors: int, procs: int, jobs: int) -> tuple[float
     conn.execute(SQL["bench_clear"])
     conn.execute("DELETE FROM jobsup.supervisors")
     log = tempfile.TemporaryFile("w+")
-    started = [subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                 "--app", benchmark.APP], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-               for _ in range(supervisors)]
+    started = [
+        subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs), "--app", benchmark.APP],
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        for _ in range(supervisors)
+    ]
     try:
+
         def all_idle() -> bool:
             rows = conn.execute(SQL["bench_workers"]).fetchall()
             workers = [w for (ws,) in rows for w in ws]
-            return len(rows) == supervisors and len(workers) == supervisors * procs and \
-                all(w["state"] == "idle" for w in workers)
+            return (
+                len(rows) == supervisors
+                and len(workers) == supervisors * procs
+                and all(w["state"] == "idle" for w in workers)
+            )
 
         benchmark.wait(all_idle, 120, "the workers")
         ours = [psutil.Process(p.pid) for p in started]
@@ -96,21 +106,29 @@ def main() -> int:
             order = list(LAYOUTS) if number % 2 == 0 else list(reversed(LAYOUTS))
             for name in order:
                 results[name].append(layout_run(dsn, *LAYOUTS[name], args.jobs))
-            print(f"round {number + 1} (load {os.getloadavg()[0]:.1f}): " + ", ".join(
-                f"{n} {results[n][-1][0]:,.0f} jobs/s, {_cpu_per_job(*results[n][-1][1:])}" for n in LAYOUTS),
-                flush=True)
+            print(
+                f"round {number + 1} (load {os.getloadavg()[0]:.1f}): "
+                + ", ".join(
+                    f"{n} {results[n][-1][0]:,.0f} jobs/s, {_cpu_per_job(*results[n][-1][1:])}" for n in LAYOUTS
+                ),
+                flush=True,
+            )
 
     def median(name: str, figure: int) -> float | None:
         values = [r[figure] for r in results[name] if r[figure] is not None]
         return statistics.median(values) if values else None
 
-    print(f"\n{args.jobs:,} no-op jobs, median of {args.rounds} rounds ({os.cpu_count()} cores, "
-          f"load {os.getloadavg()[0]:.1f}):")
+    print(
+        f"\n{args.jobs:,} no-op jobs, median of {args.rounds} rounds ({os.cpu_count()} cores, "
+        f"load {os.getloadavg()[0]:.1f}):"
+    )
     for name in LAYOUTS:
         print(f"  {name:<4} {median(name, 0):>10,.0f} jobs/s   {_cpu_per_job(median(name, 1), median(name, 2))}")
-    print(f"  4x2 / 1x8: {median('4x2', 0) / median('1x8', 0):.2f} (rate), "
-          f"{_total(median('1x8', 1), median('1x8', 2)) / _total(median('4x2', 1), median('4x2', 2)):.2f} "
-          f"(1x8's CPU per job / 4x2's)")
+    print(
+        f"  4x2 / 1x8: {median('4x2', 0) / median('1x8', 0):.2f} (rate), "
+        f"{_total(median('1x8', 1), median('1x8', 2)) / _total(median('4x2', 1), median('4x2', 2)):.2f} "
+        f"(1x8's CPU per job / 4x2's)"
+    )
     return 0
 
 

@@ -40,8 +40,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
-from jobsup.db import embedded, lifecycle
 from jobsup import client
+from jobsup.db import embedded, lifecycle
 from jobsup.db.migrate import migrate
 
 # Issue 2's targets: bulk enqueue in jobs/s, and claim+complete as a fraction of plain SQL.
@@ -175,7 +175,10 @@ def _step_twin(conn: psycopg.Connection, batch: int, locked_by: str) -> int:
 
 
 STEPS: dict[str, Callable[[psycopg.Connection, int, str], int]] = {
-    "jobsup": _step_jobsup, "plain": _step_plain, "twin": _step_twin}
+    "jobsup": _step_jobsup,
+    "plain": _step_plain,
+    "twin": _step_twin,
+}
 
 
 def _worker(dsn: str, commands: Any, results: Any, barrier: Any) -> None:
@@ -202,8 +205,9 @@ class Claimers:
         self.results = ctx.Queue()
         self.barrier = ctx.Barrier(procs + 1)
         self.commands = [ctx.Queue() for _ in range(procs)]
-        self.procs = [ctx.Process(target=_worker, args=(dsn, q, self.results, self.barrier), daemon=True)
-                      for q in self.commands]
+        self.procs = [
+            ctx.Process(target=_worker, args=(dsn, q, self.results, self.barrier), daemon=True) for q in self.commands
+        ]
         for p in self.procs:
             p.start()
 
@@ -280,7 +284,7 @@ def measure(dsn: str, args: argparse.Namespace) -> dict[str, dict[str, list[floa
                     continue
                 n = args.claim1_jobs if batch == 1 else args.claim_jobs
                 sides = ("jobsup", "plain", "twin")
-                for which in sides[run % 3:] + sides[:run % 3]:
+                for which in sides[run % 3 :] + sides[: run % 3]:
                     load_for_claim(admin, n)
                     assert claimers is not None
                     record(f"claim+complete, batch {batch}", which, claimers.run(which, batch, n))
@@ -320,20 +324,28 @@ def summarise(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]
 
 
 def print_table(rows: list[dict[str, Any]], args: argparse.Namespace) -> None:
-    print(f"\njobsup vs plain SQL: median of {args.runs} runs; each ratio = median of per-run jobsup/plain;"
-          "\n'minimal' is the least a queue needs, 'same work' the twin of jobsup's table and writes\n")
-    header = (f"{'measurement':<28} {'jobsup jobs/s':>14} {'minimal':>9} {'ratio':>6} "
-              f"{'same work':>10} {'ratio':>6}  target")
+    print(
+        f"\njobsup vs plain SQL: median of {args.runs} runs; each ratio = median of per-run jobsup/plain;"
+        "\n'minimal' is the least a queue needs, 'same work' the twin of jobsup's table and writes\n"
+    )
+    header = (
+        f"{'measurement':<28} {'jobsup jobs/s':>14} {'minimal':>9} {'ratio':>6} {'same work':>10} {'ratio':>6}  target"
+    )
     print(header)
     print("-" * len(header) + "-" * 20)
     for r in rows:
         target = r.get("target", "")
         if target:
             target += "  " + ("met" if r["met"] else "MISSED")
-        same = (f"{r['twin_jobs_per_s']:>10,.0f} {r['ratio_same_work']:>6.2f}" if "twin_jobs_per_s" in r
-                else f"{'':>10} {'':>6}")
-        print(f"{r['measurement']:<28} {r['jobsup_jobs_per_s']:>14,.0f} {r['plain_jobs_per_s']:>9,.0f} "
-              f"{r['ratio']:>6.2f} {same}  {target}")
+        same = (
+            f"{r['twin_jobs_per_s']:>10,.0f} {r['ratio_same_work']:>6.2f}"
+            if "twin_jobs_per_s" in r
+            else f"{'':>10} {'':>6}"
+        )
+        print(
+            f"{r['measurement']:<28} {r['jobsup_jobs_per_s']:>14,.0f} {r['plain_jobs_per_s']:>9,.0f} "
+            f"{r['ratio']:>6.2f} {same}  {target}"
+        )
 
 
 def with_dbname(dsn: str, dbname: str) -> str:
@@ -342,19 +354,31 @@ def with_dbname(dsn: str, dbname: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.bench_queue", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--dsn", help="a server to use (a scratch database is created on it and dropped); "
-                                      "default: an embedded PostgreSQL in a temporary directory")
+    parser.add_argument(
+        "--dsn",
+        help="a server to use (a scratch database is created on it and dropped); "
+        "default: an embedded PostgreSQL in a temporary directory",
+    )
     parser.add_argument("--runs", type=int, default=5, help="runs of every measurement (default 5)")
     parser.add_argument("--jobs", type=int, default=100_000, help="jobs per bulk enqueue (default 100000)")
-    parser.add_argument("--single-jobs", type=int, default=2_000,
-                        help="jobs enqueued one transaction each (default 2000)")
-    parser.add_argument("--claim-jobs", type=int, default=20_000,
-                        help="jobs claimed and completed per run at batch 10 and 100 (default 20000)")
-    parser.add_argument("--claim1-jobs", type=int, default=5_000,
-                        help="jobs claimed and completed per run at batch 1 (default 5000)")
+    parser.add_argument(
+        "--single-jobs", type=int, default=2_000, help="jobs enqueued one transaction each (default 2000)"
+    )
+    parser.add_argument(
+        "--claim-jobs",
+        type=int,
+        default=20_000,
+        help="jobs claimed and completed per run at batch 10 and 100 (default 20000)",
+    )
+    parser.add_argument(
+        "--claim1-jobs", type=int, default=5_000, help="jobs claimed and completed per run at batch 1 (default 5000)"
+    )
     parser.add_argument("--procs", type=int, default=8, help="claiming processes (default 8)")
-    parser.add_argument("--only", default="bulk,single,claim1,claim10,claim100",
-                        help="comma-separated subset of bulk,single,claim1,claim10,claim100")
+    parser.add_argument(
+        "--only",
+        default="bulk,single,claim1,claim10,claim100",
+        help="comma-separated subset of bulk,single,claim1,claim10,claim100",
+    )
     parser.add_argument("--json", metavar="PATH", help="also write the figures, every run's too, as JSON")
     args = parser.parse_args(argv)
     args.only = set(args.only.split(","))
@@ -389,9 +413,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = summarise(results)
     print_table(rows, args)
     if args.json:
-        report = {"postgres": version, "runs": args.runs, "jobs": args.jobs, "single_jobs": args.single_jobs,
-                  "claim_jobs": args.claim_jobs, "claim1_jobs": args.claim1_jobs, "procs": args.procs,
-                  "cpus": os.cpu_count(), "results": rows}
+        report = {
+            "postgres": version,
+            "runs": args.runs,
+            "jobs": args.jobs,
+            "single_jobs": args.single_jobs,
+            "claim_jobs": args.claim_jobs,
+            "claim1_jobs": args.claim1_jobs,
+            "procs": args.procs,
+            "cpus": os.cpu_count(),
+            "results": rows,
+        }
         Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
     return 0 if all(r.get("met", True) for r in rows) else 1
 

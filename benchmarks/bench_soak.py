@@ -41,16 +41,16 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.server import fresh_database  # noqa: E402
-from jobsup import queue  # noqa: E402
-from jobsup.durations import parse_duration  # noqa: E402
-from jobsup.db.migrate import migrate  # noqa: E402
+from benchmarks.server import fresh_database
+from jobsup import queue
+from jobsup.db.migrate import migrate
+from jobsup.durations import parse_duration
 
 DATABASE = "jobsup_bench_soak"
 ENQUEUE_CHUNK = 5000
 PROBE_EVERY = 0.2
 PROBE_LIMIT = 100  # the supervisor's default --batch
-ENQUEUE = ("INSERT INTO jobsup.jobs (kind) SELECT 'noop' FROM generate_series(1, %(n)s)")
+ENQUEUE = "INSERT INTO jobsup.jobs (kind) SELECT 'noop' FROM generate_series(1, %(n)s)"
 DONE = "SELECT coalesce(sum(done), 0)::bigint FROM jobsup.kind_totals"
 TABLE_STATS = """
 SELECT n_live_tup, n_dead_tup, autovacuum_count + vacuum_count
@@ -62,12 +62,21 @@ FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = 'jobsup' AND c.relkind = 'r' ORDER BY c.relname
 """
 # What migration 0002 sets per table, for --table-defaults.
-_VACUUM = ["autovacuum_vacuum_scale_factor", "autovacuum_vacuum_threshold", "autovacuum_vacuum_cost_delay",
-           "fillfactor"]
+_VACUUM = [
+    "autovacuum_vacuum_scale_factor",
+    "autovacuum_vacuum_threshold",
+    "autovacuum_vacuum_cost_delay",
+    "fillfactor",
+]
 TABLE_OPTIONS = {
-    "jobs": [*_VACUUM, "autovacuum_vacuum_insert_scale_factor", "autovacuum_vacuum_insert_threshold",
-             "autovacuum_analyze_scale_factor"],
-    "kind_totals": _VACUUM, "supervisors": _VACUUM,
+    "jobs": [
+        *_VACUUM,
+        "autovacuum_vacuum_insert_scale_factor",
+        "autovacuum_vacuum_insert_threshold",
+        "autovacuum_analyze_scale_factor",
+    ],
+    "kind_totals": _VACUUM,
+    "supervisors": _VACUUM,
 }
 
 
@@ -136,8 +145,7 @@ def holder(dsn: str, at: float, hold: float, shared: Shared) -> None:
         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         conn.execute("SELECT 1")
         shared.held = True
-        print(f"  -- snapshot held from {at:g} s for {hold:g} s (pid {conn.info.backend_pid})",
-              flush=True)
+        print(f"  -- snapshot held from {at:g} s for {hold:g} s (pid {conn.info.backend_pid})", flush=True)
         shared.stop.wait(hold)
         conn.rollback()
         shared.held = False
@@ -177,29 +185,53 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-HEADER = (f"{'min':>3} {'jobs/s':>8} {'claim p50':>9} {'p99 ms':>7} {'live rows':>10} {'dead tup':>9} "
-          f"{'vac':>4} {'jobs MB':>8} {'others kB':>9} {'total MB':>8} {'cpu ms/job':>10} {'load':>5}")
+HEADER = (
+    f"{'min':>3} {'jobs/s':>8} {'claim p50':>9} {'p99 ms':>7} {'live rows':>10} {'dead tup':>9} "
+    f"{'vac':>4} {'jobs MB':>8} {'others kB':>9} {'total MB':>8} {'cpu ms/job':>10} {'load':>5}"
+)
 
 
 def line(m: Minute) -> str:
     others = (m.total_bytes - m.sizes.get("jobs", 0)) / 1024
-    return (f"{m.minute:>3} {m.jobs_per_s:>8,.0f} {m.claim_p50_ms:>9.2f} {m.claim_p99_ms:>7.2f} "
-            f"{m.live_rows:>10,} {m.dead_tuples:>9,} {m.vacuums:>4} {m.sizes.get('jobs', 0) / 2**20:>8.1f} "
-            f"{others:>9.0f} {m.total_bytes / 2**20:>8.1f} {m.cpu_ms_per_job:>10.3f} {m.load:>5.1f}"
-            + ("  held" if m.held else ""))
+    return (
+        f"{m.minute:>3} {m.jobs_per_s:>8,.0f} {m.claim_p50_ms:>9.2f} {m.claim_p99_ms:>7.2f} "
+        f"{m.live_rows:>10,} {m.dead_tuples:>9,} {m.vacuums:>4} {m.sizes.get('jobs', 0) / 2**20:>8.1f} "
+        f"{others:>9.0f} {m.total_bytes / 2**20:>8.1f} {m.cpu_ms_per_job:>10.3f} {m.load:>5.1f}"
+        + ("  held" if m.held else "")
+    )
 
 
 def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-soak-", suffix=".log", delete=False)
     process = subprocess.Popen(
-        [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(args.procs),
-         "--app", "jobsup.ops.bench_app:app", "--keep-done", str(args.keep_done), "--keep-dead",
-         str(args.keep_dead), *(["--prune-interval", str(args.prune_interval)] if args.prune_interval else [])],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jobsup",
+            "start",
+            "--dsn",
+            dsn,
+            "--procs",
+            str(args.procs),
+            "--app",
+            "jobsup.ops.bench_app:app",
+            "--keep-done",
+            str(args.keep_done),
+            "--keep-dead",
+            str(args.keep_dead),
+            *(["--prune-interval", str(args.prune_interval)] if args.prune_interval else []),
+        ],
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     shared = Shared()
-    threads = [threading.Thread(target=enqueuer, args=(dsn, args.backlog, shared), daemon=True),
-               threading.Thread(target=prober, args=(dsn, shared), daemon=True)]
+    threads = [
+        threading.Thread(target=enqueuer, args=(dsn, args.backlog, shared), daemon=True),
+        threading.Thread(target=prober, args=(dsn, shared), daemon=True),
+    ]
     if args.hold_snapshot:
         at, hold = args.hold_snapshot
         threads.append(threading.Thread(target=holder, args=(dsn, at, hold, shared), daemon=True))
@@ -218,8 +250,9 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
                 while (now := time.monotonic()) < started + number * args.minute:
                     held |= shared.held
                     if process.poll() is not None or shared.errors:
-                        raise SystemExit(f"bench: stopped early: {shared.errors or 'the supervisor exited'}"
-                                         f" (its log: {log.name})")
+                        raise SystemExit(
+                            f"bench: stopped early: {shared.errors or 'the supervisor exited'} (its log: {log.name})"
+                        )
                     time.sleep(min(0.5, started + number * args.minute - now))
                 done = conn.execute(DONE).fetchone()[0]
                 with shared.lock:
@@ -227,10 +260,23 @@ def soak(dsn: str, args: argparse.Namespace) -> list[Minute]:
                 cpu = tree_cpu(roots)
                 live, dead, vacuums = conn.execute(TABLE_STATS).fetchone()
                 sizes = dict(conn.execute(SIZES).fetchall())
-                minutes.append(Minute(number, (done - last_done) / (now - last_at), percentile(probes, 50),
-                                      percentile(probes, 99), len(probes), live, dead, vacuums, sizes,
-                                      sum(sizes.values()), held, os.getloadavg()[0],
-                                      (cpu - last_cpu) / max(1, done - last_done) * 1000))
+                minutes.append(
+                    Minute(
+                        number,
+                        (done - last_done) / (now - last_at),
+                        percentile(probes, 50),
+                        percentile(probes, 99),
+                        len(probes),
+                        live,
+                        dead,
+                        vacuums,
+                        sizes,
+                        sum(sizes.values()),
+                        held,
+                        os.getloadavg()[0],
+                        (cpu - last_cpu) / max(1, done - last_done) * 1000,
+                    )
+                )
                 last_done, last_at, last_cpu = done, now, cpu
                 print(line(minutes[-1]), flush=True)
     finally:
@@ -258,8 +304,9 @@ def verdicts(minutes: list[Minute], hold: tuple[float, float] | None, minute: fl
         after = int((at + held) // minute) + 2  # the minute that starts one minute after it ended
         if 1 <= before and after <= len(minutes):
             ratio = minutes[after - 1].jobs_per_s / minutes[before - 1].jobs_per_s
-            found.append((f"held snapshot: minute {after} / minute {before} throughput: {ratio:.2f} (>= 0.90)",
-                          ratio >= 0.9))
+            found.append(
+                (f"held snapshot: minute {after} / minute {before} throughput: {ratio:.2f} (>= 0.90)", ratio >= 0.9)
+            )
     return found
 
 
@@ -278,10 +325,17 @@ def main() -> int:
     parser.add_argument("--prune-interval", help="passed to jobsup start (default: its own)")
     parser.add_argument("--procs", type=int, default=8)
     parser.add_argument("--backlog", type=int, default=50_000, help="jobs kept waiting (default 50000)")
-    parser.add_argument("--hold-snapshot", type=hold_spec, metavar="AT:FOR",
-                        help="hold a REPEATABLE READ snapshot from AT for FOR, e.g. 3m:2m")
-    parser.add_argument("--table-defaults", action="store_true",
-                        help="reset the tables' autovacuum and fillfactor settings of migration 0002")
+    parser.add_argument(
+        "--hold-snapshot",
+        type=hold_spec,
+        metavar="AT:FOR",
+        help="hold a REPEATABLE READ snapshot from AT for FOR, e.g. 3m:2m",
+    )
+    parser.add_argument(
+        "--table-defaults",
+        action="store_true",
+        help="reset the tables' autovacuum and fillfactor settings of migration 0002",
+    )
     parser.add_argument("--json", help="also write the figures to this file")
     args = parser.parse_args()
 
@@ -292,21 +346,31 @@ def main() -> int:
                 for table, options in TABLE_OPTIONS.items():
                     conn.execute(f"ALTER TABLE jobsup.{table} RESET ({', '.join(options)})")
             version = conn.execute("SHOW server_version").fetchone()[0]
-        print(f"soak: {args.duration / 60:g} min, --procs {args.procs}, --keep-done {args.keep_done}, "
-              f"--keep-dead {args.keep_dead}, backlog {args.backlog:,}, PostgreSQL {version}, "
-              f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
-              + (f", snapshot held {args.hold_snapshot[0]:g}s+{args.hold_snapshot[1]:g}s"
-                 if args.hold_snapshot else "") + (", table settings reset" if args.table_defaults else ""),
-              flush=True)
+        print(
+            f"soak: {args.duration / 60:g} min, --procs {args.procs}, --keep-done {args.keep_done}, "
+            f"--keep-dead {args.keep_dead}, backlog {args.backlog:,}, PostgreSQL {version}, "
+            f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+            + (f", snapshot held {args.hold_snapshot[0]:g}s+{args.hold_snapshot[1]:g}s" if args.hold_snapshot else "")
+            + (", table settings reset" if args.table_defaults else ""),
+            flush=True,
+        )
         minutes = soak(dsn, args)
     results = verdicts(minutes, args.hold_snapshot, args.minute)
     for text, ok in results:
         print(f"{'ok  ' if ok else 'MISS'} {text}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"args": {k: v for k, v in vars(args).items() if k != "json"},
-                                               "minutes": [asdict(m) for m in minutes],
-                                               "verdicts": results}, indent=2))
+        Path(args.json).write_text(
+            json.dumps(
+                {
+                    "args": {k: v for k, v in vars(args).items() if k != "json"},
+                    "minutes": [asdict(m) for m in minutes],
+                    "verdicts": results,
+                },
+                indent=2,
+            )
+        )
     return 0 if all(ok for _, ok in results) else 1
+
 
 if __name__ == "__main__":
     sys.exit(main())

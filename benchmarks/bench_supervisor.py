@@ -36,9 +36,9 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import drain, scratch  # noqa: E402
-from jobsup import benchmark  # noqa: E402
-from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
+from benchmarks import drain, scratch
+from jobsup import benchmark
+from jobsup.db.sql import STATEMENTS as SQL
 
 PLAIN_JOBS = 20_000
 PLAIN_BATCH = 100
@@ -49,10 +49,16 @@ def _plain_worker(dsn: str, barrier, results) -> None:
         barrier.wait()
         handled = 0
         while True:
-            ids = [r[0] for r in conn.execute(
-                "UPDATE bench_plain SET status = 'running', attempts = attempts + 1 WHERE id IN ("
-                " SELECT id FROM bench_plain WHERE status = 'queued' ORDER BY id LIMIT %s"
-                " FOR UPDATE SKIP LOCKED) RETURNING id", (PLAIN_BATCH,), prepare=True).fetchall()]
+            ids = [
+                r[0]
+                for r in conn.execute(
+                    "UPDATE bench_plain SET status = 'running', attempts = attempts + 1 WHERE id IN ("
+                    " SELECT id FROM bench_plain WHERE status = 'queued' ORDER BY id LIMIT %s"
+                    " FOR UPDATE SKIP LOCKED) RETURNING id",
+                    (PLAIN_BATCH,),
+                    prepare=True,
+                ).fetchall()
+            ]
             if not ids:
                 break
             conn.execute("UPDATE bench_plain SET status = 'done' WHERE id = ANY(%s)", (ids,), prepare=True)
@@ -64,11 +70,15 @@ def plain_sql(dsn: str, procs: int) -> float:
     """Claim-plus-complete in plain SQL, `procs` processes in batches of PLAIN_BATCH: jobs/s."""
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("DROP TABLE IF EXISTS bench_plain")
-        conn.execute("CREATE TABLE bench_plain (id bigserial PRIMARY KEY, kind text, payload jsonb,"
-                     " status text, attempts int DEFAULT 0)")
+        conn.execute(
+            "CREATE TABLE bench_plain (id bigserial PRIMARY KEY, kind text, payload jsonb,"
+            " status text, attempts int DEFAULT 0)"
+        )
         conn.execute("CREATE INDEX ON bench_plain (id) WHERE status = 'queued'")
-        conn.execute("INSERT INTO bench_plain (kind, payload, status) "
-                     "SELECT 'noop', '{}', 'queued' FROM generate_series(1, %s)", (PLAIN_JOBS,))
+        conn.execute(
+            "INSERT INTO bench_plain (kind, payload, status) SELECT 'noop', '{}', 'queued' FROM generate_series(1, %s)",
+            (PLAIN_JOBS,),
+        )
         conn.execute("VACUUM ANALYZE bench_plain")
     ctx = multiprocessing.get_context("spawn")
     barrier, results = ctx.Barrier(procs + 1), ctx.Queue()
@@ -89,8 +99,11 @@ def one_run(dsn: str, procs: int) -> dict[str, float]:
     """The supervisor's figures (jobsup.benchmark, as `jobsup bench` measures them), then plain SQL."""
     figures = benchmark.one_run(dsn, procs, connect=lambda d: psycopg.connect(d, autocommit=True))
     plain = plain_sql(dsn, procs)
-    return {**figures, "plain_sql_claim_complete_b100_per_s": plain,
-            "noop_vs_plain_sql": figures["noop_jobs_per_s"] / plain}
+    return {
+        **figures,
+        "plain_sql_claim_complete_b100_per_s": plain,
+        "noop_vs_plain_sql": figures["noop_jobs_per_s"] / plain,
+    }
 
 
 ROWS = [
@@ -103,8 +116,7 @@ ROWS = [
     ("supervisor_cpu_of_one_core", "supervisor CPU (no-op run)", "{:.0%} of a core", ""),
     ("supervisor_cpu_of_machine", "  of the machine", "{:.0%}", ""),
     ("rss_per_worker_mb", "RSS per worker", "{:.1f} MB", ""),
-    ("plain_sql_claim_complete_b100_per_s", "plain SQL claim+complete, 8 procs, batch 100",
-     "{:,.0f} jobs/s", ""),
+    ("plain_sql_claim_complete_b100_per_s", "plain SQL claim+complete, 8 procs, batch 100", "{:,.0f} jobs/s", ""),
     ("noop_vs_plain_sql", "no-op through jobsup / plain SQL", "{:.2f}", ""),
 ]
 
@@ -154,7 +166,7 @@ def metrics_pair(dsn: str, procs: int, number: int) -> dict[str, float]:
                 pass  # the supervisor is starting or gone
 
     figures = {}
-    for with_metrics in ((False, True) if number % 2 else (True, False)):
+    for with_metrics in (False, True) if number % 2 else (True, False):
         args: tuple[str, ...] = ("--metrics-port", str(port), "--metrics-host", "127.0.0.1") if with_metrics else ()
         scraper = threading.Thread(target=scrape, daemon=True) if with_metrics else None
         if scraper:
@@ -165,23 +177,31 @@ def metrics_pair(dsn: str, procs: int, number: int) -> dict[str, float]:
             scraper.join()
         figures[with_metrics] = run
     without, with_ = figures[False], figures[True]
-    return {"noop_without_metrics": without["noop_jobs_per_s"], "noop_with_metrics": with_["noop_jobs_per_s"],
-            "noop_ratio": with_["noop_jobs_per_s"] / without["noop_jobs_per_s"],
-            "sleep_1ms_ratio": with_["sleep_1ms_jobs_per_s"] / without["sleep_1ms_jobs_per_s"],
-            "pickup_p50_without_ms": without["pickup_p50_ms"], "pickup_p50_with_ms": with_["pickup_p50_ms"],
-            # The supervisor's CPU per no-op job: less swayed than throughput by what else the machine runs.
-            "cpu_per_job_ratio": (with_["supervisor_cpu_of_one_core"] / with_["noop_jobs_per_s"])
-            / (without["supervisor_cpu_of_one_core"] / without["noop_jobs_per_s"]),
-            "scrapes": float(len(scrapes))}
+    return {
+        "noop_without_metrics": without["noop_jobs_per_s"],
+        "noop_with_metrics": with_["noop_jobs_per_s"],
+        "noop_ratio": with_["noop_jobs_per_s"] / without["noop_jobs_per_s"],
+        "sleep_1ms_ratio": with_["sleep_1ms_jobs_per_s"] / without["sleep_1ms_jobs_per_s"],
+        "pickup_p50_without_ms": without["pickup_p50_ms"],
+        "pickup_p50_with_ms": with_["pickup_p50_ms"],
+        # The supervisor's CPU per no-op job: less swayed than throughput by what else the machine runs.
+        "cpu_per_job_ratio": (with_["supervisor_cpu_of_one_core"] / with_["noop_jobs_per_s"])
+        / (without["supervisor_cpu_of_one_core"] / without["noop_jobs_per_s"]),
+        "scrapes": float(len(scrapes)),
+    }
 
 
 def main() -> int:
     parser = bench_parser(__doc__, 3)
-    parser.add_argument("--only", default="basic,drain",
-                        help="comma-separated subset of basic,drain,metrics (default basic,drain)")
-    parser.add_argument("--depths", default="20000,200000",
-                        help="backlog depths of the drain runs (default 20000,200000; the issue's are "
-                             "20000,200000,1000000); the first is the baseline of the ratios")
+    parser.add_argument(
+        "--only", default="basic,drain", help="comma-separated subset of basic,drain,metrics (default basic,drain)"
+    )
+    parser.add_argument(
+        "--depths",
+        default="20000,200000",
+        help="backlog depths of the drain runs (default 20000,200000; the issue's are "
+        "20000,200000,1000000); the first is the baseline of the ratios",
+    )
     parser.add_argument("--drain-runs", type=int, help="runs of the drains (default: --runs)")
     args = parser.parse_args()
     only = set(args.only.split(","))
@@ -193,19 +213,25 @@ def main() -> int:
         report: dict = {}
         if "basic" in only:
             runs, medians = run_all(lambda number: one_run(dsn, args.procs), args.runs)
-            print(f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
-                  f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
+            print(
+                f"\njobsup start --procs {args.procs}, median of {args.runs} runs "
+                f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):"
+            )
             for key, label, fmt, target in ROWS:
                 print(f"  {label:<46} {fmt.format(medians[key]):>18}   {target}")
             report.update(runs=runs, median=medians)
         if "metrics" in only:
             runs, medians = run_all(lambda number: metrics_pair(dsn, args.procs, number), args.runs)
-            print(f"\n--metrics-port against none, median of {args.runs} paired runs "
-                  f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):")
-            print(f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, with {medians['noop_with_metrics']:,.0f}: "
-                  f"ratio {medians['noop_ratio']:.3f} (1 ms jobs: {medians['sleep_1ms_ratio']:.3f}); pickup p50 "
-                  f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms; "
-                  f"supervisor CPU per no-op job, with / without: {medians['cpu_per_job_ratio']:.3f}")
+            print(
+                f"\n--metrics-port against none, median of {args.runs} paired runs "
+                f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):"
+            )
+            print(
+                f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, with {medians['noop_with_metrics']:,.0f}: "
+                f"ratio {medians['noop_ratio']:.3f} (1 ms jobs: {medians['sleep_1ms_ratio']:.3f}); pickup p50 "
+                f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms; "
+                f"supervisor CPU per no-op job, with / without: {medians['cpu_per_job_ratio']:.3f}"
+            )
             report.update(metrics_runs=runs, metrics=medians)
         if "drain" in only and depths:
             drain.prepare(dsn)

@@ -29,22 +29,24 @@ import time
 
 import psycopg
 
-from jobsup.monitor.source import Source, _statements
-from jobsup.db.sql import STATEMENTS as SQL
-
 from benchmarks import scratch
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.monitor.source import Source, _statements
 
 TARGET_MS = 20.0
 KINDS = ("email", "report", "resize", "webhook", "sms")
 
 
 def load(conn: psycopg.Connection, done: int) -> None:
-    conn.execute("""
+    conn.execute(
+        """
         INSERT INTO jobsup.jobs (queue, kind, payload, status, attempts, created_at, started_at, done_at, run_at)
         SELECT 'default', (ARRAY['email','report','resize','webhook','sms'])[1 + mod(i, 5)], jsonb_build_object('n', i),
                'done', 1, now() - interval '1 day', now() - interval '1 day', now() - mod(i, 86400) * interval '1 s',
                now() - interval '1 day'
-        FROM generate_series(1, %s) AS i""", (done,))
+        FROM generate_series(1, %s) AS i""",
+        (done,),
+    )
     conn.execute("""
         INSERT INTO jobsup.kind_totals (kind, slot, done, failed, dead)
         SELECT kind, 0, count(*), 0, 0 FROM jobsup.jobs GROUP BY kind""")
@@ -70,11 +72,27 @@ def load(conn: psycopg.Connection, done: int) -> None:
         UPDATE jobsup.kind_totals t SET dead = d.n, failed = d.n * 3
         FROM (SELECT kind, count(*) AS n FROM jobsup.jobs WHERE status = 'dead' GROUP BY kind) d
         WHERE t.kind = d.kind""")
-    workers = json.dumps([{"pid": 1000 + i, "state": "busy" if i % 2 else "idle", "job_id": i, "kind": "report",
-                           "rss": 50 << 20, "cpu": 10.0, "jobs_done": 100, "restarts": 0} for i in range(8)])
+    workers = json.dumps(
+        [
+            {
+                "pid": 1000 + i,
+                "state": "busy" if i % 2 else "idle",
+                "job_id": i,
+                "kind": "report",
+                "rss": 50 << 20,
+                "cpu": 10.0,
+                "jobs_done": 100,
+                "restarts": 0,
+            }
+            for i in range(8)
+        ]
+    )
     for n in range(2):
-        conn.execute("INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, workers) "
-                     "VALUES (%s, 'bench', %s, '0', '{default,reports}', 8, %s)", (f"bench-{n}", 100 + n, workers))
+        conn.execute(
+            "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, workers) "
+            "VALUES (%s, 'bench', %s, '0', '{default,reports}', 8, %s)",
+            (f"bench-{n}", 100 + n, workers),
+        )
     conn.execute("""
         INSERT INTO jobsup.events (at, action, supervisor, count, job_ids, detail)
         SELECT now() - i * interval '37 s', 'reaped', 'bench-0', 2, ARRAY[i, i + 1]::bigint[],
@@ -85,14 +103,17 @@ def load(conn: psycopg.Connection, done: int) -> None:
 def load_latency(conn: psycopg.Connection) -> None:
     """As many rows as the pruner keeps (12 periods of 1 and of 10 minutes) for each kind and metric,
     each with 40 buckets, more than most kinds fill."""
-    conn.execute("""
+    conn.execute(
+        """
         INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts)
         SELECT p, date_bin(make_interval(mins => p), now(), TIMESTAMPTZ '2000-01-01 00:00:00+00')
                   - m * p * interval '1 minute', k, metric,
                ARRAY(SELECT 180 + 2 * b FROM generate_series(0, 39) AS b),
                ARRAY(SELECT (1 + mod(b * 7 + m, 50))::bigint FROM generate_series(0, 39) AS b)
         FROM generate_series(0, 11) AS m, unnest(ARRAY[1, 10]) AS p, unnest(%s::text[]) AS k,
-             unnest(ARRAY['queue_latency', 'run_time']) AS metric""", (list(KINDS),))
+             unnest(ARRAY['queue_latency', 'run_time']) AS metric""",
+        (list(KINDS),),
+    )
 
 
 def statement_ms(conn: psycopg.Connection, name: str, runs: int) -> float:
@@ -149,10 +170,14 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             load(conn, args.done)
             full = statement_ms(conn, "latency_read", args.refreshes)
-            print(f"latency_read ({len(KINDS)} kinds, 40 buckets each): {empty:.2f} ms with no finished "
-                  f"job, {full:.2f} ms with {args.done:,} (medians of {args.refreshes})")
-            print(f"loaded {args.done:,} done jobs and a live part in {time.perf_counter() - started:.1f}s; "
-                  "one refresh of jobsup top costs:")
+            print(
+                f"latency_read ({len(KINDS)} kinds, 40 buckets each): {empty:.2f} ms with no finished "
+                f"job, {full:.2f} ms with {args.done:,} (medians of {args.refreshes})"
+            )
+            print(
+                f"loaded {args.done:,} done jobs and a live part in {time.perf_counter() - started:.1f}s; "
+                "one refresh of jobsup top costs:"
+            )
         first = measure(dsn, args.refreshes, "just loaded, no ANALYZE")
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("VACUUM ANALYZE jobsup.jobs")

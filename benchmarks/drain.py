@@ -83,8 +83,23 @@ def drain_jobsup(conn: psycopg.Connection, dsn: str, depth: int, procs: int, cpu
     env = {**os.environ, "JOBSUP_BENCH_DSN": dsn, "PYTHONPATH": str(ROOT)}
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-drain-", suffix=".log", delete=False)
     done = "SELECT coalesce(sum(done), 0) FROM jobsup.kind_totals WHERE kind = 'noop'"
-    process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                "--app", "jobsup.ops.bench_app:app"], cwd=ROOT, env=env, stderr=log)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "jobsup",
+            "start",
+            "--dsn",
+            dsn,
+            "--procs",
+            str(procs),
+            "--app",
+            "jobsup.ops.bench_app:app",
+        ],
+        cwd=ROOT,
+        env=env,
+        stderr=log,
+    )
     try:
         sup = psutil.Process(process.pid)
         _wait(lambda: conn.execute(done).fetchone()[0] > 0, 120, "the first completion", process, log.name)
@@ -95,16 +110,18 @@ def drain_jobsup(conn: psycopg.Connection, dsn: str, depth: int, procs: int, cpu
         process.terminate()
         process.wait(60)
     first, last, count = conn.execute(
-        "SELECT min(done_at), max(done_at), count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()
+        "SELECT min(done_at), max(done_at), count(*) FROM jobsup.jobs WHERE status = 'done'"
+    ).fetchone()
     assert count == depth, (count, depth)
     os.unlink(log.name)
     # The supervisor's own CPU (not its workers'): its one thread claims, hands out and writes every job.
-    return {**_figures(depth, (last - first).total_seconds(), cpu0, cpu1),
-            "supervisor_cpu_us_per_job": (sup1 - sup0) / depth * 1e6}
+    return {
+        **_figures(depth, (last - first).total_seconds(), cpu0, cpu1),
+        "supervisor_cpu_us_per_job": (sup1 - sup0) / depth * 1e6,
+    }
 
 
-def _wait(condition, timeout: float, what: str, process: subprocess.Popen, log: str,
-          interval: float = 0.005) -> None:
+def _wait(condition, timeout: float, what: str, process: subprocess.Popen, log: str, interval: float = 0.005) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         if process.poll() is not None or time.monotonic() > deadline:
@@ -145,14 +162,16 @@ def drain_plain(dsn: str, side: str, depth: int, procs: int, cpu: ServerCPU) -> 
 
 
 def _figures(depth: int, seconds: float, cpu0: float | None, cpu1: float | None) -> dict[str, Any]:
-    return {"jobs_per_s": depth / seconds,
-            "pg_cpu_us_per_job": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / depth * 1e6}
+    return {
+        "jobs_per_s": depth / seconds,
+        "pg_cpu_us_per_job": None if cpu0 is None or cpu1 is None else (cpu1 - cpu0) / depth * 1e6,
+    }
 
 
 def one_run(dsn: str, depths: list[int], procs: int, run: int) -> dict[str, dict[str, dict[str, Any]]]:
     """{depth: {side: figures}} for one run; the sides take turns going first from run to run."""
     figures: dict[str, dict[str, dict[str, Any]]] = {}
-    order = SIDES[run % 3:] + SIDES[:run % 3]
+    order = SIDES[run % 3 :] + SIDES[: run % 3]
     with psycopg.connect(dsn, autocommit=True) as conn:
         cpu = ServerCPU(conn)
         for depth in depths:
@@ -165,10 +184,14 @@ def one_run(dsn: str, depths: list[int], procs: int, run: int) -> dict[str, dict
                 result["load"] = os.getloadavg()[0]
                 figures.setdefault(str(depth), {})[side] = result
                 own = result.get("supervisor_cpu_us_per_job")
-                print(f"  drain {depth:>9,} {side:<8} {result['jobs_per_s']:>9,.0f} jobs/s  "
-                      f"{_us(result['pg_cpu_us_per_job'])} PostgreSQL CPU/job"
-                      + (f", {_us(own)} supervisor CPU/job" if own is not None else "")
-                      + f"  load {result['load']:.1f}", file=sys.stderr, flush=True)
+                print(
+                    f"  drain {depth:>9,} {side:<8} {result['jobs_per_s']:>9,.0f} jobs/s  "
+                    f"{_us(result['pg_cpu_us_per_job'])} PostgreSQL CPU/job"
+                    + (f", {_us(own)} supervisor CPU/job" if own is not None else "")
+                    + f"  load {result['load']:.1f}",
+                    file=sys.stderr,
+                    flush=True,
+                )
     return figures
 
 
@@ -193,26 +216,30 @@ def summary(runs: list[dict[str, dict[str, dict[str, Any]]]], depths: list[int])
             row[f"{side}_jobs_per_s"] = med([r[depth][side]["jobs_per_s"] for r in runs])
             row[f"{side}_pg_cpu_us_per_job"] = med([r[depth][side]["pg_cpu_us_per_job"] for r in runs])
         row["supervisor_cpu_us_per_job"] = med([r[depth]["jobsup"]["supervisor_cpu_us_per_job"] for r in runs])
-        row["vs_shallowest"] = med([r[depth]["jobsup"]["jobs_per_s"] / r[base]["jobsup"]["jobs_per_s"]
-                                    for r in runs])
+        row["vs_shallowest"] = med([r[depth]["jobsup"]["jobs_per_s"] / r[base]["jobsup"]["jobs_per_s"] for r in runs])
         row["vs_twin"] = med([r[depth]["jobsup"]["jobs_per_s"] / r[depth]["twin"]["jobs_per_s"] for r in runs])
-        row["vs_minimal"] = med([r[depth]["jobsup"]["jobs_per_s"] / r[depth]["minimal"]["jobs_per_s"]
-                                 for r in runs])
+        row["vs_minimal"] = med([r[depth]["jobsup"]["jobs_per_s"] / r[depth]["minimal"]["jobs_per_s"] for r in runs])
         out[depth] = row
     return out
 
 
 def print_summary(rows: dict[str, Any], runs: int) -> None:
-    print(f"\ndeep backlog drain, steady rate first → last completion, median of {runs} run(s); "
-          "ratios are medians of per-run ratios")
+    print(
+        f"\ndeep backlog drain, steady rate first → last completion, median of {runs} run(s); "
+        "ratios are medians of per-run ratios"
+    )
     print("(jobs/s, then PostgreSQL's CPU per job; 'sup' is the supervisor process's own CPU per job)")
-    header = (f"{'backlog':>10} {'jobsup':>9} {'cpu':>7} {'sup':>7} {'twin':>9} {'cpu':>7} {'minimal':>9}"
-              f" {'cpu':>7} {'vs first depth':>15} {'vs twin':>8} {'vs minimal':>11}")
+    header = (
+        f"{'backlog':>10} {'jobsup':>9} {'cpu':>7} {'sup':>7} {'twin':>9} {'cpu':>7} {'minimal':>9}"
+        f" {'cpu':>7} {'vs first depth':>15} {'vs twin':>8} {'vs minimal':>11}"
+    )
     print(header)
     print("-" * len(header))
     for depth, r in rows.items():
-        print(f"{int(depth):>10,} {r['jobsup_jobs_per_s']:>9,.0f} {_us(r['jobsup_pg_cpu_us_per_job']):>7}"
-              f" {_us(r['supervisor_cpu_us_per_job']):>7}"
-              f" {r['twin_jobs_per_s']:>9,.0f} {_us(r['twin_pg_cpu_us_per_job']):>7}"
-              f" {r['minimal_jobs_per_s']:>9,.0f} {_us(r['minimal_pg_cpu_us_per_job']):>7}"
-              f" {r['vs_shallowest']:>15.2f} {r['vs_twin']:>8.2f} {r['vs_minimal']:>11.2f}")
+        print(
+            f"{int(depth):>10,} {r['jobsup_jobs_per_s']:>9,.0f} {_us(r['jobsup_pg_cpu_us_per_job']):>7}"
+            f" {_us(r['supervisor_cpu_us_per_job']):>7}"
+            f" {r['twin_jobs_per_s']:>9,.0f} {_us(r['twin_pg_cpu_us_per_job']):>7}"
+            f" {r['minimal_jobs_per_s']:>9,.0f} {_us(r['minimal_pg_cpu_us_per_job']):>7}"
+            f" {r['vs_shallowest']:>15.2f} {r['vs_twin']:>8.2f} {r['vs_minimal']:>11.2f}"
+        )

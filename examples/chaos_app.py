@@ -42,7 +42,10 @@ def _write(sql: str, params: tuple) -> None:
 def chaos(job: Job) -> None:
     run = str(uuid.uuid4())  # one per handler run: a retried write of the same run is not a second run
     # The supervisor is the leader of the process group its workers belong to.
-    _write("INSERT INTO chaos_runs (run, job_id, attempt, supervisor) VALUES (%s, %s, %s, %s) "
-           "ON CONFLICT (run) DO NOTHING", (run, job.id, job.attempts, os.getpgrp()))
+    _write(
+        "INSERT INTO chaos_runs (run, job_id, attempt, supervisor) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (run) DO NOTHING",
+        (run, job.id, job.attempts, os.getpgrp()),
+    )
     time.sleep(random.uniform(0.005, 0.05))
     _write("UPDATE chaos_runs SET finished = coalesce(finished, clock_timestamp()) WHERE run = %s", (run,))

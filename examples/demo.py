@@ -28,11 +28,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import psycopg  # noqa: E402
+import psycopg
 
-from jobsup import JobsupError, embedded  # noqa: E402
+from examples.demo_app import app
+from jobsup import JobsupError, embedded
 from jobsup.db import dsn as dsns
-from examples.demo_app import app  # noqa: E402
 
 PROCS = 8
 JOBS_PER_SECOND = 15  # the feed; eight workers keep up with it, so the backlog stays small
@@ -103,8 +103,11 @@ def main() -> int:
     signal.signal(signal.SIGHUP, _leave)
     signal.signal(signal.SIGTERM, _leave)
     warnings.filterwarnings("ignore", category=UserWarning, module="platformdirs")
-    env = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-           "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET]))}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+        "PYTHONWARNINGS": ",".join(filter(None, [os.environ.get("PYTHONWARNINGS"), QUIET])),
+    }
     named = os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
     data_dir = embedded.data_dir_from(None)
     started_db = not named and embedded.running_dsn(data_dir) is None
@@ -127,9 +130,23 @@ def main() -> int:
         with open(log_path, "w") as log:
             # Its own session: a Ctrl-C at the terminal is the console's to handle, not the supervisor's.
             supervisor = subprocess.Popen(
-                jobsup("start", "--procs", str(PROCS), "--app", "examples.demo_app:app",
-                       "--queues", "default,reports", "--shutdown-timeout", SHUTDOWN_TIMEOUT),
-                env=env, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                jobsup(
+                    "start",
+                    "--procs",
+                    str(PROCS),
+                    "--app",
+                    "examples.demo_app:app",
+                    "--queues",
+                    "default,reports",
+                    "--shutdown-timeout",
+                    SHUTDOWN_TIMEOUT,
+                ),
+                env=env,
+                cwd=ROOT,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         feed_log = open(logs / "feed.log", "w")
         feeder = threading.Thread(target=feed, args=(dsn, stop, feed_log), name="feed", daemon=True)
         feeder.start()
@@ -169,8 +186,10 @@ def leave_database(started_db: bool, named: str | None, data_dir: Path) -> None:
         embedded.stop(data_dir)
         say(f"stopped the embedded PostgreSQL in {data_dir}")
     elif not named:
-        say(f"the embedded PostgreSQL in {data_dir} was running before the demo, so it is left running "
-            "(`jobsup db stop` stops it)")
+        say(
+            f"the embedded PostgreSQL in {data_dir} was running before the demo, so it is left running "
+            "(`jobsup db stop` stops it)"
+        )
 
 
 if __name__ == "__main__":

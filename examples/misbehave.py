@@ -116,5 +116,4 @@ def _record(job: Job) -> None:
         return
     if _conn is None or _conn.closed:
         _conn = psycopg.connect(os.environ["JOBSUP_RECORD_DSN"], autocommit=True)
-    _conn.execute("INSERT INTO calls (job_id, attempt, pid) VALUES (%s, %s, %s)",
-                  (job.id, job.attempts, os.getpid()))
+    _conn.execute("INSERT INTO calls (job_id, attempt, pid) VALUES (%s, %s, %s)", (job.id, job.attempts, os.getpid()))

@@ -12,21 +12,32 @@ from typing import TYPE_CHECKING, Any
 
 # Public name -> the module of the package that defines it.
 _EXPORTS = {
-    "App": "app", "Handler": "app", "load_app": "app", "JobsupError": "errors", "Job": "job",
-    "JobSpec": "job", "EnqueueOptions": "job", "AsyncQueue": "client", "Queue": "client",
-    "aenqueue": "client", "aenqueue_many": "client", "enqueue": "client", "enqueue_many": "client",
-    "Snooze": "outcomes", "RetryAfter": "outcomes", "Discard": "outcomes",
+    "App": "app",
+    "Handler": "app",
+    "load_app": "app",
+    "JobsupError": "errors",
+    "Job": "job",
+    "JobSpec": "job",
+    "EnqueueOptions": "job",
+    "AsyncQueue": "client",
+    "Queue": "client",
+    "aenqueue": "client",
+    "aenqueue_many": "client",
+    "enqueue": "client",
+    "enqueue_many": "client",
+    "Snooze": "outcomes",
+    "RetryAfter": "outcomes",
+    "Discard": "outcomes",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
 if TYPE_CHECKING:
     from jobsup.app import App, Handler, load_app
+    from jobsup.client import AsyncQueue, Queue, aenqueue, aenqueue_many, enqueue, enqueue_many
     from jobsup.errors import JobsupError
     from jobsup.job import EnqueueOptions, Job, JobSpec
     from jobsup.outcomes import Discard, RetryAfter, Snooze
-    from jobsup.client import AsyncQueue, Queue
-    from jobsup.client import aenqueue, aenqueue_many, enqueue, enqueue_many
 
 
 def __getattr__(name: str) -> Any:

@@ -45,13 +45,21 @@ class App:
         self.handlers: dict[str, Handler] = {}
         self.schedules: dict[str, Schedule] = {}
 
-    def handler(self, kind: str, *, max_attempts: int | None = None, timeout: float | None = None,
-                queue: str | None = None, priority: int | None = None,
-                max_snoozes: int | None = None) -> Callable[[HandlerFunc], HandlerFunc]:
+    def handler(
+        self,
+        kind: str,
+        *,
+        max_attempts: int | None = None,
+        timeout: float | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_snoozes: int | None = None,
+    ) -> Callable[[HandlerFunc], HandlerFunc]:
         if not isinstance(kind, str) or not kind:
             raise BadInput("a handler needs a kind: a non-empty string")
-        if max_snoozes is not None and (isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int)
-                                        or max_snoozes < 0):
+        if max_snoozes is not None and (
+            isinstance(max_snoozes, bool) or not isinstance(max_snoozes, int) or max_snoozes < 0
+        ):
             raise BadInput(f"max_snoozes of handler {kind!r} must be a whole number >= 0, not {max_snoozes!r}")
         if kind in self.handlers:
             raise BadInput(f"two handlers for kind {kind!r}")
@@ -62,10 +70,20 @@ class App:
 
         return register
 
-    def every(self, kind: str, spec: str | float | timedelta, *, name: str | None = None, tz: str = "UTC",
-              payload: dict[str, Any] | None = None, queue: str | None = None, priority: int | None = None,
-              max_attempts: int | None = None, missed: str = "latest",
-              missed_limit: int = DEFAULT_MISSED_LIMIT) -> Schedule:
+    def every(
+        self,
+        kind: str,
+        spec: str | float | timedelta,
+        *,
+        name: str | None = None,
+        tz: str = "UTC",
+        payload: dict[str, Any] | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        missed: str = "latest",
+        missed_limit: int = DEFAULT_MISSED_LIMIT,
+    ) -> Schedule:
         """Enqueue a `kind` job on a schedule: `spec` is a cron expression ("0 3 * * *", "@daily") read
         in `tz`, or an interval ("30s", 30, timedelta). Every supervisor of this app takes part, and each
         fire is enqueued once however many run. `missed` says what a supervisor starting after fires
@@ -79,11 +97,18 @@ class App:
         if name in self.schedules:
             raise BadInput(f"schedule {name!r}: two schedules with this name (give one name=...)")
         defaults = self.spec(kind)
-        schedule = Schedule(name=name, kind=kind, expression=spec, tz=tz, payload=payload,
-                            queue=defaults.queue if queue is None else queue,
-                            priority=defaults.priority if priority is None else priority,
-                            max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
-                            missed=missed, missed_limit=missed_limit)
+        schedule = Schedule(
+            name=name,
+            kind=kind,
+            expression=spec,
+            tz=tz,
+            payload=payload,
+            queue=defaults.queue if queue is None else queue,
+            priority=defaults.priority if priority is None else priority,
+            max_attempts=defaults.max_attempts if max_attempts is None else max_attempts,
+            missed=missed,
+            missed_limit=missed_limit,
+        )
         self.schedules[name] = schedule
         return schedule
 
@@ -93,30 +118,46 @@ class App:
         except KeyError:
             raise NoHandler(f"no handler for {kind}") from None
 
-    def spec(self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None,
-             options: Mapping[str, Any] | None = None) -> JobSpec:
+    def spec(
+        self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None, options: Mapping[str, Any] | None = None
+    ) -> JobSpec:
         """A JobSpec whose unset options take the defaults its handler was registered with."""
         name = kind.get("kind") if isinstance(kind, Mapping) else kind
         handler = self.handlers.get(name) if isinstance(name, str) else None
-        defaults = {} if handler is None else {
-            option: getattr(handler, option) for option in ("max_attempts", "queue", "priority")
-            if getattr(handler, option) is not None}
+        defaults = (
+            {}
+            if handler is None
+            else {
+                option: getattr(handler, option)
+                for option in ("max_attempts", "queue", "priority")
+                if getattr(handler, option) is not None
+            }
+        )
         return make_spec(kind, payload, options, defaults)
 
-    def enqueue(self, conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None,
-                **options: Unpack[EnqueueOptions]) -> int | None:
+    def enqueue(
+        self, conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
+    ) -> int | None:
         """jobsup.enqueue, with this app's handler defaults for what the call leaves out."""
         return client.enqueue(conn, self.spec(kind, payload, options))
 
-    async def aenqueue(self, conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None,
-                       **options: Unpack[EnqueueOptions]) -> int | None:
+    async def aenqueue(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        kind: str | JobSpec,
+        payload: Any = None,
+        **options: Unpack[EnqueueOptions],
+    ) -> int | None:
         return await client.aenqueue(conn, self.spec(kind, payload, options))
 
-    def enqueue_many(self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+    def enqueue_many(
+        self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
+    ) -> list[int | None]:
         return client.enqueue_many(conn, [self.spec(job) for job in jobs])
 
-    async def aenqueue_many(self, conn: psycopg.AsyncConnection[Any],
-                            jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
+    async def aenqueue_many(
+        self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
+    ) -> list[int | None]:
         return await client.aenqueue_many(conn, [self.spec(job) for job in jobs])
 
 
@@ -139,8 +180,7 @@ def load_app(target: str) -> App:
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:  # any import-time error of the user's module is theirs to see
-        raise AppNotFound(f"cannot import {module_name!r} (from --app {target}): "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise AppNotFound(f"cannot import {module_name!r} (from --app {target}): {type(exc).__name__}: {exc}") from exc
     try:
         app = getattr(module, attr)
     except AttributeError:

@@ -25,9 +25,14 @@ OneJob = JobSpec | Mapping[str, Any]
 
 def _enqueue_op(spec: JobSpec) -> Op:
     params = {
-        "queue": spec.queue, "kind": spec.kind, "payload": spec.encoded_payload(),
-        "priority": spec.priority, "run_at": spec.run_at, "delay": float(spec.delay),
-        "max_attempts": spec.max_attempts, "unique_key": spec.unique_key,
+        "queue": spec.queue,
+        "kind": spec.kind,
+        "payload": spec.encoded_payload(),
+        "priority": spec.priority,
+        "run_at": spec.run_at,
+        "delay": float(spec.delay),
+        "max_attempts": spec.max_attempts,
+        "unique_key": spec.unique_key,
     }
     return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
 
@@ -35,9 +40,12 @@ def _enqueue_op(spec: JobSpec) -> Op:
 def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
     limit = max_payload_bytes()  # once per batch, not once per job
     params = {
-        "queues": [s.queue for s in specs], "kinds": [s.kind for s in specs],
-        "payloads": [s.encoded_payload(limit) for s in specs], "priorities": [s.priority for s in specs],
-        "run_ats": [s.run_at for s in specs], "delays": [float(s.delay) for s in specs],
+        "queues": [s.queue for s in specs],
+        "kinds": [s.kind for s in specs],
+        "payloads": [s.encoded_payload(limit) for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [float(s.delay) for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
     }
     if all(s.unique_key is None for s in specs):
@@ -65,14 +73,16 @@ def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
     return Op("enqueue_many", params, parse)
 
 
-def enqueue(conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None,
-            **options: Unpack[EnqueueOptions]) -> int | None:
+def enqueue(
+    conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> int | None:
     """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
     return run(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
 
 
-async def aenqueue(conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None,
-                   **options: Unpack[EnqueueOptions]) -> int | None:
+async def aenqueue(
+    conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
+) -> int | None:
     """The asyncio form of enqueue."""
     return await arun(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
 
@@ -100,9 +110,13 @@ class Queue:
 
     def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
         self.app = app or _empty_app()
-        self.pool = ConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
-                                   kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
-                                   open=True)
+        self.pool = ConnectionPool(
+            dsns.resolve(dsn),
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+            open=True,
+        )
 
     def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
         with self.pool.connection() as conn:
@@ -127,9 +141,13 @@ class AsyncQueue:
 
     def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
         self.app = app or _empty_app()
-        self.pool = AsyncConnectionPool(dsns.resolve(dsn), min_size=1, max_size=max_size,
-                                        kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
-                                        open=False)
+        self.pool = AsyncConnectionPool(
+            dsns.resolve(dsn),
+            min_size=1,
+            max_size=max_size,
+            kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
+            open=False,
+        )
 
     async def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
         async with self.pool.connection() as conn:

@@ -45,9 +45,9 @@ else:
     from django_tasks.utils import normalize_json
 
 from jobsup.app import App, Handler, load_app
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, NoHandler
 from jobsup.job import DEFAULT_MAX_ATTEMPTS, Job, encoded_json
-from jobsup.db.sql import STATEMENTS as SQL
 
 # OPTIONS of a TASKS entry, with their defaults. Anything else is refused when the backend is built.
 OPTIONS: dict[str, Any] = {
@@ -89,15 +89,20 @@ class JobsupBackend(BaseTaskBackend):
         super().__init__(alias, params)
         unknown = sorted(set(self.options) - set(OPTIONS))
         if unknown:
-            raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
-                                     f"jobsup.django.JobsupBackend knows {', '.join(sorted(OPTIONS))}")
+            raise InvalidTaskBackend(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown option(s) {', '.join(unknown)}; "
+                f"jobsup.django.JobsupBackend knows {', '.join(sorted(OPTIONS))}"
+            )
         options = {**OPTIONS, **self.options}
         self.database: str = options["database"]
         self.max_attempts: int = options["max_attempts"]
         if not isinstance(self.database, str) or not self.database:
             raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS']['database'] must name a DATABASES alias")
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or not 1 <= self.max_attempts <= 2**31 - 1:
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= 2**31 - 1
+        ):
             raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS']['max_attempts'] must be a whole number >= 1")
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
@@ -106,17 +111,36 @@ class JobsupBackend(BaseTaskBackend):
         text = encoded_json(payload, f"the arguments of task {task.module_path}", error=InvalidArguments)
         connection = connections[self.database]
         if connection.vendor != "postgresql":
-            raise InvalidTaskBackend(f"jobsup.django.JobsupBackend needs PostgreSQL; DATABASES"
-                                     f"[{self.database!r}] is {connection.vendor}")
+            raise InvalidTaskBackend(
+                f"jobsup.django.JobsupBackend needs PostgreSQL; DATABASES[{self.database!r}] is {connection.vendor}"
+            )
         with connection.cursor() as cursor:
-            cursor.execute(SQL["task_enqueue"], {
-                "queue": task.queue_name, "kind": task.module_path, "payload": text,
-                "priority": task.priority, "run_at": task.run_after, "max_attempts": self.max_attempts,
-            })
+            cursor.execute(
+                SQL["task_enqueue"],
+                {
+                    "queue": task.queue_name,
+                    "kind": task.module_path,
+                    "payload": text,
+                    "priority": task.priority,
+                    "run_at": task.run_after,
+                    "max_attempts": self.max_attempts,
+                },
+            )
             job_id, created_at = cursor.fetchone()
-        result = TaskResult(task=task, id=str(job_id), status=TaskResultStatus.READY, enqueued_at=created_at,
-                            started_at=None, finished_at=None, last_attempted_at=None, args=args,
-                            kwargs=kwargs, backend=self.alias, errors=[], worker_ids=[])
+        result = TaskResult(
+            task=task,
+            id=str(job_id),
+            status=TaskResultStatus.READY,
+            enqueued_at=created_at,
+            started_at=None,
+            finished_at=None,
+            last_attempted_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
         task_enqueued.send(type(self), task_result=result)
         return result
 
@@ -133,22 +157,49 @@ class JobsupBackend(BaseTaskBackend):
         return self._result(row)
 
     def _result(self, row: tuple) -> TaskResult:
-        (job_id, kind, queue, payload, status, priority, attempts, run_at, created_at, started_at, done_at,
-         locked_by, errors, return_value) = row
+        (
+            job_id,
+            kind,
+            queue,
+            payload,
+            status,
+            priority,
+            attempts,
+            run_at,
+            created_at,
+            started_at,
+            done_at,
+            locked_by,
+            errors,
+            return_value,
+        ) = row
         payload, errors = _json(payload), _json(errors)
         if not (isinstance(payload, dict) and set(payload) == _PAYLOAD_KEYS):
             raise TaskResultDoesNotExist(f"job {job_id} is a jobsup job of kind {kind!r}, not a Django task")
         task = find_task(kind)
         try:  # the task as it was enqueued; Task.get_result compares only its function
-            task = task.using(priority=priority, queue_name=queue, backend=payload["backend"],
-                              run_after=run_at if run_at > created_at else None)
+            task = task.using(
+                priority=priority,
+                queue_name=queue,
+                backend=payload["backend"],
+                run_after=run_at if run_at > created_at else None,
+            )
         except InvalidTask:
             pass  # a queue or backend the settings no longer accept: the task as it is declared now
         result = TaskResult(
-            task=task, id=str(job_id), status=STATUS[status], enqueued_at=created_at, started_at=started_at,
-            finished_at=done_at, last_attempted_at=started_at, args=payload["args"], kwargs=payload["kwargs"],
-            backend=payload["backend"], errors=[task_error(e) for e in errors],
-            worker_ids=worker_ids(attempts, errors, locked_by))
+            task=task,
+            id=str(job_id),
+            status=STATUS[status],
+            enqueued_at=created_at,
+            started_at=started_at,
+            finished_at=done_at,
+            last_attempted_at=started_at,
+            args=payload["args"],
+            kwargs=payload["kwargs"],
+            backend=payload["backend"],
+            errors=[task_error(e) for e in errors],
+            worker_ids=worker_ids(attempts, errors, locked_by),
+        )
         if status == "done":
             object.__setattr__(result, "_return_value", _json(return_value))
         return result
@@ -156,9 +207,11 @@ class JobsupBackend(BaseTaskBackend):
     def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
         vendor = connections[self.database].vendor if self.database in connections else None
         if vendor != "postgresql":
-            yield checks.Error(f"TASKS[{self.alias!r}] uses jobsup.django.JobsupBackend, which needs a "
-                               f"PostgreSQL database; DATABASES[{self.database!r}] is {vendor or 'not set'}",
-                               id="jobsup.E001")
+            yield checks.Error(
+                f"TASKS[{self.alias!r}] uses jobsup.django.JobsupBackend, which needs a "
+                f"PostgreSQL database; DATABASES[{self.database!r}] is {vendor or 'not set'}",
+                id="jobsup.E001",
+            )
 
 
 def _json(value: Any) -> Any:
@@ -232,9 +285,12 @@ def database(dsn: str | None = None) -> dict[str, Any]:
     user = params.pop("user", "")
     return {
         "ENGINE": "django.db.backends.postgresql",
-        "NAME": params.pop("dbname", user or "postgres"), "USER": user,
-        "PASSWORD": params.pop("password", ""), "HOST": params.pop("host", ""),
-        "PORT": params.pop("port", ""), "OPTIONS": params,  # sslmode and the like, passed to psycopg
+        "NAME": params.pop("dbname", user or "postgres"),
+        "USER": user,
+        "PASSWORD": params.pop("password", ""),
+        "HOST": params.pop("host", ""),
+        "PORT": params.pop("port", ""),
+        "OPTIONS": params,  # sslmode and the like, passed to psycopg
     }
 
 
@@ -264,8 +320,9 @@ def worker_app(settings_module: str, app_target: str | None = None) -> TaskApp:
     try:
         django.setup()
     except Exception as exc:
-        raise AppNotFound(f"cannot set up Django with settings {settings_module!r} (from --django): "
-                          f"{type(exc).__name__}: {exc}") from exc
+        raise AppNotFound(
+            f"cannot set up Django with settings {settings_module!r} (from --django): {type(exc).__name__}: {exc}"
+        ) from exc
     return TaskApp(load_app(app_target) if app_target else None)
 
 

@@ -87,22 +87,31 @@ class JobSpec:
 
     def encoded_payload(self, limit: int | None = None) -> str:
         """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
-        return encoded_json({} if self.payload is None else self.payload, f"payload of a {self.kind!r} job",
-                            limit)
+        return encoded_json({} if self.payload is None else self.payload, f"payload of a {self.kind!r} job", limit)
 
     def validate(self) -> None:
         if not isinstance(self.kind, str) or not self.kind.strip():
             raise BadInput("a job needs a kind: a non-empty string")
         if not isinstance(self.queue, str) or not self.queue.strip():
             raise BadInput(f"queue of a {self.kind!r} job must be a non-empty string")
-        if isinstance(self.priority, bool) or not isinstance(self.priority, int) \
-                or not -_INT_MAX - 1 <= self.priority <= _INT_MAX:
-            raise BadInput(f"priority of a {self.kind!r} job must be a whole number from {-_INT_MAX - 1} "
-                           f"to {_INT_MAX}, not {self.priority!r}")
-        if isinstance(self.max_attempts, bool) or not isinstance(self.max_attempts, int) \
-                or not 1 <= self.max_attempts <= _INT_MAX:
-            raise BadInput(f"max_attempts of a {self.kind!r} job must be a whole number from 1 to {_INT_MAX}, "
-                           f"not {self.max_attempts!r}")
+        if (
+            isinstance(self.priority, bool)
+            or not isinstance(self.priority, int)
+            or not -_INT_MAX - 1 <= self.priority <= _INT_MAX
+        ):
+            raise BadInput(
+                f"priority of a {self.kind!r} job must be a whole number from {-_INT_MAX - 1} "
+                f"to {_INT_MAX}, not {self.priority!r}"
+            )
+        if (
+            isinstance(self.max_attempts, bool)
+            or not isinstance(self.max_attempts, int)
+            or not 1 <= self.max_attempts <= _INT_MAX
+        ):
+            raise BadInput(
+                f"max_attempts of a {self.kind!r} job must be a whole number from 1 to {_INT_MAX}, "
+                f"not {self.max_attempts!r}"
+            )
         if isinstance(self.delay, bool) or not isinstance(self.delay, (int, float)) or not 0 <= self.delay < 1e10:
             raise BadInput(f"delay of a {self.kind!r} job must be a number of seconds >= 0")
         if self.run_at is not None and (not isinstance(self.run_at, datetime) or self.run_at.tzinfo is None):
@@ -143,8 +152,12 @@ def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str)
             raise BadInput(f"{what} has no option {name!r}{hint}; its options: {', '.join(known)}")
 
 
-def make_spec(kind: str | JobSpec | Mapping[str, Any], payload: Any = None,
-              options: Mapping[str, Any] | None = None, defaults: Mapping[str, Any] | None = None) -> JobSpec:
+def make_spec(
+    kind: str | JobSpec | Mapping[str, Any],
+    payload: Any = None,
+    options: Mapping[str, Any] | None = None,
+    defaults: Mapping[str, Any] | None = None,
+) -> JobSpec:
     """The JobSpec of an enqueue call: a JobSpec as it is, or a kind with its payload and options, or a
     mapping of JobSpec's fields (one job of enqueue_many). `defaults` fill what the call leaves out."""
     options = options or {}
@@ -167,8 +180,7 @@ def make_spec(kind: str | JobSpec | Mapping[str, Any], payload: Any = None,
     return spec
 
 
-def encoded_json(value: Any, what: str, limit: int | None = None,
-                 error: type[Exception] = BadInput) -> str:
+def encoded_json(value: Any, what: str, limit: int | None = None, error: type[Exception] = BadInput) -> str:
     """`value` as compact JSON that jsonb can store, or `error` naming `what` (a job's payload, its
     return value) and why: not JSON, a NUL character, or over `limit` bytes (JOBSUP_MAX_PAYLOAD).
 

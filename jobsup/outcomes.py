@@ -26,8 +26,12 @@ MAX_DELAY = 10 * 365 * 24 * 3600.0
 
 
 def _seconds(verb: str, seconds: object) -> float:
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) \
-            or not 0 <= seconds <= MAX_DELAY:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or not 0 <= seconds <= MAX_DELAY
+    ):
         raise BadInput(f"{verb}(seconds) takes a number of seconds from 0 to {MAX_DELAY:g}, not {seconds!r}")
     return float(seconds)
 

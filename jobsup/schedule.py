@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -33,11 +33,16 @@ DEFAULT_MISSED_LIMIT = 100
 FIRE_KEYS = ("schedule", "fire_at")
 
 SHORTHANDS = {
-    "@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *", "@weekly": "0 0 * * 0",
-    "@daily": "0 0 * * *", "@midnight": "0 0 * * *", "@hourly": "0 * * * *",
+    "@yearly": "0 0 1 1 *",
+    "@annually": "0 0 1 1 *",
+    "@monthly": "0 0 1 * *",
+    "@weekly": "0 0 * * 0",
+    "@daily": "0 0 * * *",
+    "@midnight": "0 0 * * *",
+    "@hourly": "0 * * * *",
 }
 _US = 1_000_000
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _micros(moment: datetime) -> int:
@@ -80,9 +85,11 @@ class Schedule:
         if self.interval_us is None:
             cron = self.cron
             if len(cron.split()) != 5:
-                raise self._bad(f"bad cron expression {self.expression!r}: five fields (minute hour day "
-                                "month weekday), @hourly/@daily/@weekly/@monthly/@yearly, or an interval "
-                                "such as 30s")
+                raise self._bad(
+                    f"bad cron expression {self.expression!r}: five fields (minute hour day "
+                    "month weekday), @hourly/@daily/@weekly/@monthly/@yearly, or an interval "
+                    "such as 30s"
+                )
             try:
                 CronSim(cron, datetime.now(ZoneInfo(self.tz)))
             except (CronSimError, ValueError) as exc:
@@ -141,7 +148,7 @@ class Schedule:
                 k += 1
         zone = ZoneInfo(self.tz)
         for moment in CronSim(self.cron, after.astimezone(zone)):
-            yield moment.astimezone(timezone.utc)
+            yield moment.astimezone(UTC)
 
     def next_fire(self, after: datetime) -> datetime:
         return next(self.fires_after(after))

@@ -27,13 +27,13 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsup.db import lifecycle
 from jobsup.app import App, load_app
+from jobsup.db import lifecycle
+from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
 from jobsup.job import Job
 from jobsup.outcomes import Answer
-from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
-from jobsup.db.sql import STATEMENTS as SQL
 
 # What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
 # that runs longer than this could lose its job to a supervisor's reaper sharing the database.
@@ -73,10 +73,19 @@ class Drained(list[Ran]):
         return Counter(ran.outcome for ran in self)
 
 
-def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None = None,
-          with_scheduled: bool = False, processes: bool = False, timeout: float = TIMEOUT,
-          max_runs: int = MAX_RUNS, backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
-          jitter: float = 0.0) -> Drained:
+def drain(
+    app: App | str,
+    conn: psycopg.Connection,
+    *,
+    queues: list[str] | None = None,
+    with_scheduled: bool = False,
+    processes: bool = False,
+    timeout: float = TIMEOUT,
+    max_runs: int = MAX_RUNS,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+    jitter: float = 0.0,
+) -> Drained:
     """Run due jobs of `queues` (default: every queue with queued jobs) until none is due; every run.
 
     `app` is an App or its "module:attribute". Each job is claimed, run and its outcome written with the
@@ -104,8 +113,10 @@ def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None 
             if not jobs:
                 return runs
             if len(runs) >= max_runs:
-                raise JobsupError(f"drain ran {max_runs} jobs and more are due (a job that snoozes or fails "
-                                  f"for ever?); pass max_runs= to allow more")
+                raise JobsupError(
+                    f"drain ran {max_runs} jobs and more are due (a job that snoozes or fails "
+                    f"for ever?); pass max_runs= to allow more"
+                )
             job = jobs[0]
             answer = runner.run(job._replace(errors=job.errors or []))
             runs.append(_write(conn, job, answer, locked_by, backoff_base, backoff_cap, jitter))
@@ -113,8 +124,15 @@ def drain(app: App | str, conn: psycopg.Connection, *, queues: list[str] | None 
         runner.close()
 
 
-def _write(conn: psycopg.Connection, job: Job, answer: Answer, locked_by: str, backoff_base: float,
-           backoff_cap: float, jitter: float) -> Ran:
+def _write(
+    conn: psycopg.Connection,
+    job: Job,
+    answer: Answer,
+    locked_by: str,
+    backoff_base: float,
+    backoff_cap: float,
+    jitter: float,
+) -> Ran:
     """Write `answer` with the statement the supervisor's dispatcher would (lifecycle.record_of), one job
     at a time."""
     record = lifecycle.record_of(job, answer)
@@ -124,13 +142,19 @@ def _write(conn: psycopg.Connection, job: Job, answer: Answer, locked_by: str, b
         return Ran(job.id, job.kind, job.attempts, "done", None, json.loads(value) if value is not None else None)
     if isinstance(record, Snoozed):
         [outcome] = lifecycle.snooze(conn, [record], locked_by) or [None]
-        return Ran(job.id, job.kind, job.attempts, "snoozed" if outcome and outcome.status == "queued"
-                   else "cancelled", answer.error)
+        return Ran(
+            job.id,
+            job.kind,
+            job.attempts,
+            "snoozed" if outcome and outcome.status == "queued" else "cancelled",
+            answer.error,
+        )
     if isinstance(record, Cancel):
         lifecycle.cancel_held(conn, [record], locked_by)
         return Ran(job.id, job.kind, job.attempts, "cancelled", answer.error)
-    [outcome] = lifecycle.fail(conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap,
-                           jitter=jitter) or [None]
+    [outcome] = lifecycle.fail(
+        conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap, jitter=jitter
+    ) or [None]
     status = outcome.status if outcome is not None else "failed"
     return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), answer.error)
 
@@ -143,8 +167,9 @@ def _target_of(app: App) -> str:
         for attr, value in list(vars(module).items()):
             if value is app and attr.isidentifier():
                 return f"{name}:{attr}"
-    raise BadInput("drain(processes=True) needs an app that a worker can import: a module-level App, "
-                   "or its 'module:attribute'")
+    raise BadInput(
+        "drain(processes=True) needs an app that a worker can import: a module-level App, or its 'module:attribute'"
+    )
 
 
 class _Inline:
@@ -179,9 +204,11 @@ class _Processes:
 
         their_inbox, self.inbox = self.ctx.Pipe(duplex=False)
         self.outbox, their_outbox = self.ctx.Pipe(duplex=False)
-        self.process = self.ctx.Process(target=worker_main, name="jobsup-testing-worker",
-                                        args=(their_inbox, their_outbox, self.target, os.getpid(),
-                                              os.getcwd(), ""))
+        self.process = self.ctx.Process(
+            target=worker_main,
+            name="jobsup-testing-worker",
+            args=(their_inbox, their_outbox, self.target, os.getpid(), os.getcwd(), ""),
+        )
         self.process.start()
         their_inbox.close()
         their_outbox.close()
@@ -271,19 +298,23 @@ def enqueued(conn: psycopg.Connection, kind: str | None = None, **payload_subset
         return cur.fetchall()
 
 
-def assert_enqueued(conn: psycopg.Connection, kind: str | None = None, *, count: int | None = None,
-                    **payload_subset: Any) -> list[dict[str, Any]]:
+def assert_enqueued(
+    conn: psycopg.Connection, kind: str | None = None, *, count: int | None = None, **payload_subset: Any
+) -> list[dict[str, Any]]:
     """The jobs `enqueued` finds; an AssertionError listing what was enqueued when there are none (or
     not `count` of them)."""
     found = enqueued(conn, kind, **payload_subset)
     if (count is None and found) or (count is not None and len(found) == count):
         return found
-    wanted = " ".join([f"kind={kind!r}" if kind else "any kind"]
-                      + [f"{k}={v!r}" for k, v in payload_subset.items()])
+    wanted = " ".join([f"kind={kind!r}" if kind else "any kind"] + [f"{k}={v!r}" for k, v in payload_subset.items()])
     everything = enqueued(conn)
-    lines = [f"  {j['id']} {j['kind']} queue={j['queue']} {j['status']} payload={json.dumps(j['payload'])}"
-             for j in everything[-20:]]
+    lines = [
+        f"  {j['id']} {j['kind']} queue={j['queue']} {j['status']} payload={json.dumps(j['payload'])}"
+        for j in everything[-20:]
+    ]
     more = f"  (and {len(everything) - 20} earlier)\n" if len(everything) > 20 else ""
     expected = "a job" if count is None else f"{count} job{'s' if count != 1 else ''}"
-    raise AssertionError(f"expected {expected} of {wanted}, found {len(found)}; enqueued were "
-                         f"{len(everything)}:\n" + more + ("\n".join(lines) if lines else "  (none)"))
+    raise AssertionError(
+        f"expected {expected} of {wanted}, found {len(found)}; enqueued were "
+        f"{len(everything)}:\n" + more + ("\n".join(lines) if lines else "  (none)")
+    )

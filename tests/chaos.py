@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psycopg
 
-from jobsup.db import embedded
 from jobsup import client
+from jobsup.db import embedded
 from jobsup.db.migrate import migrate
 
 from .conftest import with_dbname
@@ -38,8 +38,18 @@ SUPERVISORS = 3
 PROCS = 2
 # A lease short enough that a killed supervisor's jobs come back soon, long enough that a live one
 # renews it through a server restart (renewed every third of it).
-FLAGS = ["--lease", "6s", "--reap-interval", "500ms", "--heartbeat-interval", "500ms",
-         "--poll-interval", "500ms", "--backoff-base", "20ms"]
+FLAGS = [
+    "--lease",
+    "6s",
+    "--reap-interval",
+    "500ms",
+    "--heartbeat-interval",
+    "500ms",
+    "--poll-interval",
+    "500ms",
+    "--backoff-base",
+    "20ms",
+]
 CHAOS_EVERY = (1.5, 3.5)  # seconds between two blows, at random
 ENQUEUE_EVERY = 0.05
 ENQUEUE_BATCH = 10
@@ -68,9 +78,16 @@ class Counts:
 
     @property
     def ok(self) -> bool:
-        return (self.jobs > 0 and self.done == self.jobs and self.lost == 0 and self.attempts_unexplained == 0
-                and self.duplicate_runs_of_one_attempt == 0 and self.overlaps_unexplained == 0
-                and self.server_restarts >= 1 and self.supervisor_kills >= 1)
+        return (
+            self.jobs > 0
+            and self.done == self.jobs
+            and self.lost == 0
+            and self.attempts_unexplained == 0
+            and self.duplicate_runs_of_one_attempt == 0
+            and self.overlaps_unexplained == 0
+            and self.server_restarts >= 1
+            and self.supervisor_kills >= 1
+        )
 
 
 class Chaos:
@@ -84,9 +101,11 @@ class Chaos:
         self.dsn = with_dbname(server, "chaos")
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             migrate(conn)
-            conn.execute("CREATE TABLE chaos_runs (run uuid PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,"
-                         " supervisor int NOT NULL, started timestamptz NOT NULL DEFAULT clock_timestamp(),"
-                         " finished timestamptz)")
+            conn.execute(
+                "CREATE TABLE chaos_runs (run uuid PRIMARY KEY, job_id bigint NOT NULL, attempt int NOT NULL,"
+                " supervisor int NOT NULL, started timestamptz NOT NULL DEFAULT clock_timestamp(),"
+                " finished timestamptz)"
+            )
         self.supervisors: list[Supervisor] = []
         self.killed: set[int] = set()  # pids of supervisors SIGKILLed
         self.enqueued: list[int] = []
@@ -94,8 +113,9 @@ class Chaos:
         self.counts = Counts()
 
     def start_supervisor(self) -> Supervisor:
-        sup = Supervisor(self.dsn, *FLAGS, procs=PROCS, app="examples.chaos_app:app", fast=False,
-                         env={"JOBSUP_CHAOS_DSN": self.dsn})
+        sup = Supervisor(
+            self.dsn, *FLAGS, procs=PROCS, app="examples.chaos_app:app", fast=False, env={"JOBSUP_CHAOS_DSN": self.dsn}
+        )
         self.supervisors.append(sup)
         return sup
 
@@ -115,14 +135,21 @@ class Chaos:
                 try:
                     if conn is None or conn.closed:
                         conn = psycopg.connect(self.dsn, autocommit=True, connect_timeout=5)
-                    known = dict(conn.execute("SELECT unique_key, id FROM jobsup.jobs WHERE unique_key = ANY(%s)",
-                                              (keys,)).fetchall())
+                    known = dict(
+                        conn.execute(
+                            "SELECT unique_key, id FROM jobsup.jobs WHERE unique_key = ANY(%s)", (keys,)
+                        ).fetchall()
+                    )
                     missing = [k for k in keys if k not in known]
                     if missing:
-                        client.enqueue_many(conn, [{"kind": "chaos", "unique_key": k, "max_attempts": 1000}
-                                                  for k in missing])
-                    ids = dict(conn.execute("SELECT unique_key, id FROM jobsup.jobs WHERE unique_key = ANY(%s)",
-                                            (keys,)).fetchall())
+                        client.enqueue_many(
+                            conn, [{"kind": "chaos", "unique_key": k, "max_attempts": 1000} for k in missing]
+                        )
+                    ids = dict(
+                        conn.execute(
+                            "SELECT unique_key, id FROM jobsup.jobs WHERE unique_key = ANY(%s)", (keys,)
+                        ).fetchall()
+                    )
                     assert len(ids) == len(keys), "a batch half there"
                     self.enqueued += ids.values()
                     break
@@ -153,7 +180,8 @@ class Chaos:
             with psycopg.connect(self.dsn, autocommit=True, connect_timeout=5) as conn:
                 count = conn.execute(
                     "SELECT count(*) FILTER (WHERE pg_terminate_backend(pid)) FROM pg_stat_activity "
-                    "WHERE application_name LIKE 'jobsup %%' AND random() < 0.6").fetchone()[0]
+                    "WHERE application_name LIKE 'jobsup %%' AND random() < 0.6"
+                ).fetchone()[0]
         except psycopg.OperationalError as exc:
             self.say(f"  {self.elapsed():5.1f}s  could not terminate backends: {exc}")
             return
@@ -216,11 +244,14 @@ class Chaos:
     def check(self) -> None:
         c = self.counts
         with psycopg.connect(self.dsn, autocommit=True) as conn:
-            jobs = {row[0]: row[1:] for row in conn.execute(
-                "SELECT id, status, attempts, errors FROM jobsup.jobs WHERE kind = 'chaos'")}
+            jobs = {
+                row[0]: row[1:]
+                for row in conn.execute("SELECT id, status, attempts, errors FROM jobsup.jobs WHERE kind = 'chaos'")
+            }
             runs: dict[int, list[tuple]] = {}
             for job_id, attempt, supervisor, started, finished in conn.execute(
-                    "SELECT job_id, attempt, supervisor, started, finished FROM chaos_runs ORDER BY job_id, started"):
+                "SELECT job_id, attempt, supervisor, started, finished FROM chaos_runs ORDER BY job_id, started"
+            ):
                 runs.setdefault(job_id, []).append((attempt, supervisor, started, finished))
         c.jobs = len(jobs)
         c.done = sum(1 for status, _, _ in jobs.values() if status == "done")
@@ -269,20 +300,22 @@ def run(seconds: float, say=print) -> Counts:
 
 
 def report(c: Counts) -> str:
-    return "\n".join([
-        f"chaos: {c.seconds:g}s, {SUPERVISORS} supervisors x {PROCS} procs; {c.supervisor_kills} SIGKILLs, "
-        f"{c.backend_terminations} rounds of pg_terminate_backend ({c.backends_terminated} backends), "
-        f"{c.server_restarts} server restart(s)",
-        f"  jobs {c.jobs}, done {c.done}, lost {c.lost}",
-        f"  handler runs {c.runs}, attempts {c.attempts}; jobs whose runs == attempts: {c.jobs_runs_equal_attempts}",
-        f"  attempts with no run: {c.attempts_claimed_by_killed_never_started} claimed by a killed supervisor "
-        f"before a worker started them, {c.attempts_unexplained} unexplained",
-        f"  duplicate runs of one attempt: {c.duplicate_runs_of_one_attempt}",
-        f"  overlapping runs of one job: {c.overlaps_after_kill} after their supervisor was killed, "
-        f"{c.overlaps_unexplained} unexplained",
-        *(f"  ! {e}" for e in c.errors[:20]),
-        "  PASS" if c.ok else "  FAIL",
-    ])
+    return "\n".join(
+        [
+            f"chaos: {c.seconds:g}s, {SUPERVISORS} supervisors x {PROCS} procs; {c.supervisor_kills} SIGKILLs, "
+            f"{c.backend_terminations} rounds of pg_terminate_backend ({c.backends_terminated} backends), "
+            f"{c.server_restarts} server restart(s)",
+            f"  jobs {c.jobs}, done {c.done}, lost {c.lost}",
+            f"  handler runs {c.runs}, attempts {c.attempts}; jobs whose runs == attempts: {c.jobs_runs_equal_attempts}",
+            f"  attempts with no run: {c.attempts_claimed_by_killed_never_started} claimed by a killed supervisor "
+            f"before a worker started them, {c.attempts_unexplained} unexplained",
+            f"  duplicate runs of one attempt: {c.duplicate_runs_of_one_attempt}",
+            f"  overlapping runs of one job: {c.overlaps_after_kill} after their supervisor was killed, "
+            f"{c.overlaps_unexplained} unexplained",
+            *(f"  ! {e}" for e in c.errors[:20]),
+            "  PASS" if c.ok else "  FAIL",
+        ]
+    )
 
 
 def main() -> int:

@@ -6,11 +6,11 @@ Each test gets its own database, cloned from a migrated template, so tests never
 from __future__ import annotations
 
 import itertools
-from contextlib import contextmanager
 import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
@@ -85,8 +85,9 @@ def scratch_database(server_dsn: str, prefix: str, create: str) -> Iterator[str]
 @pytest.fixture
 def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
     """A fresh, migrated database of this test's own."""
-    with scratch_database(server_dsn, "jobsup_test",
-                          f"CREATE DATABASE {{name}} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY") as url:
+    with scratch_database(
+        server_dsn, "jobsup_test", f"CREATE DATABASE {{name}} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY"
+    ) as url:
         yield url
 
 

@@ -29,8 +29,10 @@ def tick(job: Job) -> None:
         return
     if _conn is None or _conn.closed:
         _conn = psycopg.connect(os.environ["JOBSUP_RECORD_DSN"], autocommit=True)
-    _conn.execute("INSERT INTO cron_calls (job_id, fire_at, started) VALUES (%s, %s, to_timestamp(%s))",
-                  (job.id, job.payload["fire_at"], started))
+    _conn.execute(
+        "INSERT INTO cron_calls (job_id, fire_at, started) VALUES (%s, %s, to_timestamp(%s))",
+        (job.id, job.payload["fire_at"], started),
+    )
 
 
 app.every("tick", os.environ.get("CRON_APP_INTERVAL", "1s"), missed=os.environ.get("CRON_APP_MISSED", "latest"))

@@ -15,8 +15,9 @@ T = TypeVar("T")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def wait_for(condition: Callable[[], T], timeout: float = 15.0, interval: float = 0.01,
-             message: str = "condition") -> T:
+def wait_for(
+    condition: Callable[[], T], timeout: float = 15.0, interval: float = 0.01, message: str = "condition"
+) -> T:
     """Poll `condition` until it returns something truthy; fail the test after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
@@ -28,8 +29,13 @@ def wait_for(condition: Callable[[], T], timeout: float = 15.0, interval: float 
         time.sleep(interval)
 
 
-async def wait_for_async(condition: Callable[[], T], pause: Callable[[float], Any], timeout: float = 15.0,
-                         interval: float = 0.02, message: str = "condition") -> T:
+async def wait_for_async(
+    condition: Callable[[], T],
+    pause: Callable[[float], Any],
+    timeout: float = 15.0,
+    interval: float = 0.02,
+    message: str = "condition",
+) -> T:
     """wait_for for a test that runs in an event loop: `pause` (such as a Pilot's) yields to it."""
     deadline = time.monotonic() + timeout
     while True:
@@ -48,8 +54,16 @@ def cli_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def jobsup(*args: str, input: str | None = None, env: dict[str, str] | None = None,
-           timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def jobsup(
+    *args: str, input: str | None = None, env: dict[str, str] | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     """Run `python -m jobsup ARGS` and capture what it printed."""
-    return subprocess.run([sys.executable, "-m", "jobsup", *args], input=input, capture_output=True,
-                          text=True, env=env or cli_env(), timeout=timeout, cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, "-m", "jobsup", *args],
+        input=input,
+        capture_output=True,
+        text=True,
+        env=env or cli_env(),
+        timeout=timeout,
+        cwd=ROOT,
+    )

@@ -26,7 +26,8 @@ PORTS = range(6471, 6480)
 
 def binary() -> str | None:
     return shutil.which("pgbouncer") or next(
-        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None)
+        (p for p in ("/usr/sbin/pgbouncer", "/usr/bin/pgbouncer") if os.access(p, os.X_OK)), None
+    )
 
 
 def _free_port() -> int:
@@ -52,8 +53,9 @@ def running(server_dsn: str, *, pool_size: int = 20) -> Iterator[str]:
     assert exe is not None
     server = conninfo.conninfo_to_dict(server_dsn)
     user = server.get("user") or pwd.getpwuid(os.getuid()).pw_name
-    target = " ".join(f"{key}={_quote(str(server[key]))}" for key in ("host", "port", "user", "password")
-                      if server.get(key))
+    target = " ".join(
+        f"{key}={_quote(str(server[key]))}" for key in ("host", "port", "user", "password") if server.get(key)
+    )
     port = _free_port()
     home = Path(tempfile.mkdtemp(prefix="jobsup-pgbouncer-"))
     (home / "users.txt").write_text(f'"{user}" ""\n')
@@ -66,15 +68,15 @@ listen_addr = 127.0.0.1
 listen_port = {port}
 unix_socket_dir =
 auth_type = trust
-auth_file = {home / 'users.txt'}
+auth_file = {home / "users.txt"}
 pool_mode = transaction
 default_pool_size = {pool_size}
 max_client_conn = 500
 ; psycopg sends no extra_float_digits, but jobsup top sends its settings as `options`; PgBouncer
 ; refuses parameters it does not know unless told to ignore them.
 ignore_startup_parameters = options, extra_float_digits
-logfile = {home / 'pgbouncer.log'}
-pidfile = {home / 'pgbouncer.pid'}
+logfile = {home / "pgbouncer.log"}
+pidfile = {home / "pgbouncer.pid"}
 server_check_delay = 1
 """)
     argv = [exe, str(home / "pgbouncer.ini")]

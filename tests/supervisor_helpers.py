@@ -15,8 +15,18 @@ import psycopg
 from .helpers import ROOT, cli_env, wait_for
 
 # Short intervals, so time-based behaviour shows within a test's patience.
-FAST = ["--heartbeat-interval", "200ms", "--reap-interval", "100ms", "--poll-interval", "500ms",
-        "--backoff-base", "20ms", "--backoff-jitter", "0"]
+FAST = [
+    "--heartbeat-interval",
+    "200ms",
+    "--reap-interval",
+    "100ms",
+    "--poll-interval",
+    "500ms",
+    "--backoff-base",
+    "20ms",
+    "--backoff-jitter",
+    "0",
+]
 
 
 def _as_from_a_terminal() -> None:
@@ -24,17 +34,41 @@ def _as_from_a_terminal() -> None:
 
 
 class Supervisor:
-    def __init__(self, dsn: str, *args: str, procs: int = 2, app: str | None = "examples.misbehave:app",
-                 fast: bool = True, env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *args: str,
+        procs: int = 2,
+        app: str | None = "examples.misbehave:app",
+        fast: bool = True,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.logfile = tempfile.NamedTemporaryFile("w+", prefix="jobsup-sup-", suffix=".log", delete=False)
-        argv = [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, *(["--app", app] if app else []),
-                "--procs", str(procs), *(FAST if fast else []), *args]
+        argv = [
+            sys.executable,
+            "-m",
+            "jobsup",
+            "start",
+            "--dsn",
+            dsn,
+            *(["--app", app] if app else []),
+            "--procs",
+            str(procs),
+            *(FAST if fast else []),
+            *args,
+        ]
         # A session of its own: signals reach it only when a test sends them, as from a terminal. And
         # Ctrl-C not ignored, as in a terminal: a suite run in the background by a shell without job
         # control (`make test &` in a script) inherits SIGINT ignored, and so would every supervisor.
-        self.process = subprocess.Popen(argv, cwd=ROOT, env=cli_env(JOBSUP_RECORD_DSN=dsn, **(env or {})),
-                                        stdout=self.logfile, stderr=subprocess.STDOUT, start_new_session=True,
-                                        preexec_fn=_as_from_a_terminal)
+        self.process = subprocess.Popen(
+            argv,
+            cwd=ROOT,
+            env=cli_env(JOBSUP_RECORD_DSN=dsn, **(env or {})),
+            stdout=self.logfile,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_as_from_a_terminal,
+        )
         self.pid = self.process.pid
 
     def log(self) -> str:
@@ -88,7 +122,9 @@ class Supervisor:
 
 
 def make_calls_table(conn: psycopg.Connection) -> None:
-    conn.execute("CREATE TABLE IF NOT EXISTS calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())")
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())"
+    )
 
 
 def status_counts(conn: psycopg.Connection) -> dict[str, int]:

@@ -14,10 +14,13 @@ from .helpers import jobsup
 
 def schemas_and_tables(dsn: str) -> tuple[list, list]:
     with psycopg.connect(dsn) as conn:
-        schemas = conn.execute("SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%%' "
-                               "AND nspname NOT IN ('information_schema', 'public') ORDER BY 1").fetchall()
-        tables = conn.execute("SELECT schemaname, tablename FROM pg_tables "
-                              "WHERE schemaname NOT IN ('pg_catalog', 'information_schema')").fetchall()
+        schemas = conn.execute(
+            "SELECT nspname FROM pg_namespace WHERE nspname NOT LIKE 'pg\\_%%' "
+            "AND nspname NOT IN ('information_schema', 'public') ORDER BY 1"
+        ).fetchall()
+        tables = conn.execute(
+            "SELECT schemaname, tablename FROM pg_tables WHERE schemaname NOT IN ('pg_catalog', 'information_schema')"
+        ).fetchall()
     return schemas, tables
 
 
@@ -34,8 +37,9 @@ def test_bench_in_a_schema_of_its_own_prints_its_table_and_drops_it(empty_dsn):
 def test_bench_in_a_scratch_database_drops_it(server_dsn):
     with psycopg.connect(server_dsn) as conn:
         databases = conn.execute("SELECT datname FROM pg_database ORDER BY 1").fetchall()
-    result = jobsup("bench", "--dsn", server_dsn, "--procs", "2", "--database", "jobsup_bench_scratch", "--json",
-                    timeout=300)
+    result = jobsup(
+        "bench", "--dsn", server_dsn, "--procs", "2", "--database", "jobsup_bench_scratch", "--json", timeout=300
+    )
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout)["median"]
     assert figures["noop_jobs_per_s"] > 0 and figures["pickup_p50_ms"] > 0

@@ -6,10 +6,10 @@ import json
 import socket
 import subprocess
 import sys
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
-from jobsup.db import lifecycle
 from jobsup import client
+from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure
 
 from .helpers import ROOT, cli_env, jobsup, wait_for
@@ -23,8 +23,11 @@ def test_check_exits_1_with_an_old_backlog_and_0_once_it_is_drained(dsn, conn, s
     assert jobsup("check", "--dsn", dsn).returncode == 0  # nothing queued
     enqueue_kinds(conn, ["quick"] * 20)
     # A backlog older than the threshold: nobody works the queue.
-    result = wait_for(lambda: (r := jobsup("check", "--dsn", dsn, "--max-oldest-age", "1s")).returncode == 1 and r,
-                      timeout=30, message="check exits 1")
+    result = wait_for(
+        lambda: (r := jobsup("check", "--dsn", dsn, "--max-oldest-age", "1s")).returncode == 1 and r,
+        timeout=30,
+        message="check exits 1",
+    )
     [line] = result.stdout.strip().splitlines()
     assert line.startswith("queue default: oldest ready job is ") and line.endswith("over --max-oldest-age 1s")
     sup = start(app=APP, procs=2)
@@ -35,7 +38,7 @@ def test_check_exits_1_with_an_old_backlog_and_0_once_it_is_drained(dsn, conn, s
 
 
 def test_check_dead_reaped_queue_and_json(dsn, conn):
-    long_ago = datetime.now(timezone.utc) - timedelta(minutes=10)
+    long_ago = datetime.now(UTC) - timedelta(minutes=10)
     client.enqueue(conn, "email", run_at=long_ago)
     client.enqueue(conn, "sms", run_at=long_ago, queue="texts")
     client.enqueue_many(conn, [{"kind": "email", "max_attempts": 1, "queue": "mail"}] * 3)
@@ -46,7 +49,10 @@ def test_check_dead_reaped_queue_and_json(dsn, conn):
     result = jobsup("check", "--dsn", dsn, "--max-dead", "2", "--max-reaped-per-min", "5")
     assert result.returncode == 1
     lines = result.stdout.splitlines()
-    assert lines[2:] == ["3 dead jobs, over --max-dead 2", "7 jobs reaped in the last minute, over --max-reaped-per-min 5"]
+    assert lines[2:] == [
+        "3 dead jobs, over --max-dead 2",
+        "7 jobs reaped in the last minute, over --max-reaped-per-min 5",
+    ]
     for line, name in zip(lines, ("default", "texts")):
         assert line.startswith(f"queue {name}: oldest ready job is 10m") and line.endswith("over --max-oldest-age 5m")
 
@@ -72,9 +78,14 @@ def test_the_exporter_serves_the_queue_wide_gauges(dsn, conn):
     doomed = next(j for j in claimed if j.max_attempts == 1)
     lifecycle.fail(conn, [Failure(doomed.id, 1, "no credit")], "sup-a")  # 1 dead, 2 running in texts
     port = free_port()
-    exporter = subprocess.Popen([sys.executable, "-m", "jobsup", "metrics", "--dsn", dsn, "--port", str(port),
-                                 "--host", "127.0.0.1"], cwd=ROOT, env=cli_env(), stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+    exporter = subprocess.Popen(
+        [sys.executable, "-m", "jobsup", "metrics", "--dsn", dsn, "--port", str(port), "--host", "127.0.0.1"],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         wait_for(lambda: get(port, "/metrics")[0] == 200, timeout=30, message="the exporter serving")
         metrics = scrape(port)

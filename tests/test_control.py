@@ -9,8 +9,8 @@ import time
 import psycopg
 import pytest
 
-from jobsup.db import lifecycle
 from jobsup import client
+from jobsup.db import lifecycle
 
 from .helpers import jobsup, wait_for
 from .supervisor_helpers import alive, make_calls_table
@@ -28,8 +28,9 @@ def calls(conn, job_id: int) -> list[tuple]:
 
 
 def finished(conn, ids) -> bool:
-    return conn.execute("SELECT count(*) FROM jobsup.jobs WHERE id = ANY(%s) AND status IN "
-                        "('done', 'dead', 'cancelled')", (list(ids),)).fetchone()[0] == len(ids)
+    return conn.execute(
+        "SELECT count(*) FROM jobsup.jobs WHERE id = ANY(%s) AND status IN ('done', 'dead', 'cancelled')", (list(ids),)
+    ).fetchone()[0] == len(ids)
 
 
 # --- migration 0005 --------------------------------------------------------------------------------
@@ -41,19 +42,24 @@ def test_the_status_check_takes_cancelled_refuses_the_rest_and_was_added_without
     with pytest.raises(psycopg.errors.CheckViolation):
         conn.execute("UPDATE jobsup.jobs SET status = 'paused' WHERE id = %s", (job_id,))
     # NOT VALID: the migration did not read the table to validate it (every row met the narrower check)
-    validated = conn.execute("SELECT convalidated FROM pg_constraint WHERE conname = 'jobs_status_check' "
-                             "AND conrelid = 'jobsup.jobs'::regclass").fetchone()
+    validated = conn.execute(
+        "SELECT convalidated FROM pg_constraint WHERE conname = 'jobs_status_check' "
+        "AND conrelid = 'jobsup.jobs'::regclass"
+    ).fetchone()
     assert validated == (False,)
     conn.execute("ALTER TABLE jobsup.jobs VALIDATE CONSTRAINT jobs_status_check")  # as the comment says
 
 
 def test_cancelled_jobs_are_pruned_with_the_dead_and_counted(conn):
-    from jobsup.ops.prune import Retention, aprunable, aprune
     import asyncio
 
+    from jobsup.ops.prune import Retention, aprunable, aprune
+
     ids = client.enqueue_many(conn, [{"kind": "k"}] * 3)
-    conn.execute("UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() - interval '8 days' "
-                 "WHERE id = ANY(%s)", (ids[:2],))
+    conn.execute(
+        "UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() - interval '8 days' WHERE id = ANY(%s)",
+        (ids[:2],),
+    )
     conn.execute("UPDATE jobsup.jobs SET status = 'cancelled', done_at = now() WHERE id = %s", (ids[2],))
 
     async def prune():
@@ -74,19 +80,24 @@ def test_cancelled_jobs_are_pruned_with_the_dead_and_counted(conn):
 
 def test_snooze_retry_after_and_discard_through_a_real_supervisor(conn, dsn, start):
     make_calls_table(conn)
-    snoozer, limited, discarded, bad = client.enqueue_many(conn, [
-        {"kind": "snoozer", "payload": {"times": 2, "seconds": 0.3}},
-        {"kind": "rate_limited", "payload": {"seconds": 0.6}},
-        {"kind": "discarded"},
-        {"kind": "bad_snooze", "max_attempts": 1},
-    ])
+    snoozer, limited, discarded, bad = client.enqueue_many(
+        conn,
+        [
+            {"kind": "snoozer", "payload": {"times": 2, "seconds": 0.3}},
+            {"kind": "rate_limited", "payload": {"seconds": 0.6}},
+            {"kind": "discarded"},
+            {"kind": "bad_snooze", "max_attempts": 1},
+        ],
+    )
     start(app=APP)  # --backoff-base 20ms: a retry that waits 0.6 s waited for RetryAfter
     wait_for(lambda: finished(conn, [snoozer, limited, discarded, bad]), 60, 0.05, "every job to finish")
 
     s = job(conn, snoozer)
     assert (s["status"], s["attempts"], s["snoozes"]) == ("done", 1, 2)  # attempts unchanged by snoozes
     assert [(e["attempt"], e["snooze"], e["error"]) for e in s["errors"]] == [
-        (1, 1, "Snooze: snoozed for 0.3s"), (1, 2, "Snooze: snoozed for 0.3s")]
+        (1, 1, "Snooze: snoozed for 0.3s"),
+        (1, 2, "Snooze: snoozed for 0.3s"),
+    ]
     assert s["return_value"] == {"snoozes": 2, "errors": 2, "attempts": 1}  # what the handler read from job
     runs = calls(conn, snoozer)
     assert [r[0] for r in runs] == [1, 1, 1]
@@ -119,9 +130,11 @@ def test_a_job_cannot_snooze_for_ever(conn, start):
     c = job(conn, capped)
     assert (c["status"], c["attempts"], c["snoozes"]) == ("dead", 2, 2)
     assert [e["error"] for e in c["errors"]] == [
-        "Snooze: snoozed for 0.01s", "Snooze: snoozed for 0.01s",
+        "Snooze: snoozed for 0.01s",
+        "Snooze: snoozed for 0.01s",
         "Snooze: snoozed 2 times, the most a 'capped' job may (max_snoozes=2)",
-        "Snooze: snoozed 2 times, the most a 'capped' job may (max_snoozes=2)"]
+        "Snooze: snoozed 2 times, the most a 'capped' job may (max_snoozes=2)",
+    ]
 
 
 # --- jobsup cancel ---------------------------------------------------------------------------------
@@ -140,8 +153,13 @@ def pid_gone(pid: int) -> bool:
 
 def test_cancelling_a_running_job_stops_its_worker_and_leaves_the_rest_alone(conn, dsn, start):
     make_calls_table(conn)
-    hour, other = client.enqueue_many(conn, [{"kind": "stubborn"},  # ignores SIGTERM: SIGKILL after the grace
-                                            {"kind": "sleep", "payload": {"seconds": 4}}])
+    hour, other = client.enqueue_many(
+        conn,
+        [
+            {"kind": "stubborn"},  # ignores SIGTERM: SIGKILL after the grace
+            {"kind": "sleep", "payload": {"seconds": 4}},
+        ],
+    )
     sup = start(app=APP, procs=2)
     wait_for(lambda: len(calls(conn, hour)) == 1 and len(calls(conn, other)) == 1, 60, 0.02, "both jobs running")
     [(_, pid, _)] = calls(conn, hour)
@@ -175,8 +193,9 @@ def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
     # answers, and the job queued behind it runs in the new worker; it used to be given to the doomed
     # worker and die at the kill time, failed with the first job's cause.
     make_calls_table(conn)
-    slow, after = client.enqueue_many(conn, [{"kind": "lingering", "payload": {"seconds": 1.0}},
-                                            {"kind": "sleep", "payload": {"seconds": 3}}])
+    slow, after = client.enqueue_many(
+        conn, [{"kind": "lingering", "payload": {"seconds": 1.0}}, {"kind": "sleep", "payload": {"seconds": 3}}]
+    )
     sup = start(app=APP, procs=1)
     wait_for(lambda: finished(conn, [slow, after]), 60, 0.05, "both jobs to finish")
     assert job(conn, slow)["status"] == "done"  # it ended within the grace: it is done
@@ -189,8 +208,9 @@ def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
 
 
 def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
-    queued, scheduled, finished_ = client.enqueue_many(conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600},
-                                                             {"kind": "ok"}])
+    queued, scheduled, finished_ = client.enqueue_many(
+        conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600}, {"kind": "ok"}]
+    )
     conn.execute("UPDATE jobsup.jobs SET status = 'done', done_at = now() WHERE id = %s", (finished_,))
 
     missing = jobsup("cancel", "--id", str(queued), "999999", "--dsn", dsn)
@@ -203,8 +223,10 @@ def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
     answer = json.loads(result.stdout)
     assert (answer["cancelled"], answer["requested"], answer["unchanged"]) == (2, 0, 1)
     assert [(j["id"], j["action"], j["status"], j["was"]) for j in answer["jobs"]] == [
-        (queued, "cancelled", "cancelled", "queued"), (scheduled, "cancelled", "cancelled", "queued"),
-        (finished_, "unchanged", "done", "done")]
+        (queued, "cancelled", "cancelled", "queued"),
+        (scheduled, "cancelled", "cancelled", "queued"),
+        (finished_, "unchanged", "done", "done"),
+    ]
     for job_id in (queued, scheduled):
         row = job(conn, job_id)
         assert row["status"] == "cancelled" and row["done_at"] is not None
@@ -218,26 +240,30 @@ def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
 
 
 def test_cancel_by_kind_and_queue(conn, dsn):
-    a, b, c = client.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"},
-                                        {"kind": "sms"}])
+    a, b, c = client.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"}, {"kind": "sms"}])
     result = jobsup("cancel", "--kind", "email", "--queue", "bulk", "--dsn", dsn)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines() == [f"job {b} (email): cancelled (was queued)",
-                                          "cancelled 1 job; cancel requested for 0 running; 0 not changed"]
+    assert result.stdout.splitlines() == [
+        f"job {b} (email): cancelled (was queued)",
+        "cancelled 1 job; cancel requested for 0 running; 0 not changed",
+    ]
     assert [job(conn, i)["status"] for i in (a, b, c)] == ["queued", "cancelled", "queued"]
     none = jobsup("cancel", "--kind", "fax", "--dsn", dsn)
     assert none.returncode == 0 and "no queued or running job of kind fax: nothing cancelled" in none.stdout
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["cancel"], "cancel needs either --id N ... or --kind K (one of them)"),
-    (["cancel", "--id", "1", "--kind", "x"], "cancel needs either --id N ... or --kind K (one of them)"),
-    (["cancel", "--id", "1", "--queue", "q"], "--queue narrows --kind; with --id the ids say which jobs"),
-    (["cancel", "--kind", " "], "--kind cannot be empty"),
-    (["pause", ""], "a queue name cannot be empty"),
-    (["resume", " "], "a queue name cannot be empty"),
-    (["retry", "--id", "424242"], "no job with id 424242; nothing was changed"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["cancel"], "cancel needs either --id N ... or --kind K (one of them)"),
+        (["cancel", "--id", "1", "--kind", "x"], "cancel needs either --id N ... or --kind K (one of them)"),
+        (["cancel", "--id", "1", "--queue", "q"], "--queue narrows --kind; with --id the ids say which jobs"),
+        (["cancel", "--kind", " "], "--kind cannot be empty"),
+        (["pause", ""], "a queue name cannot be empty"),
+        (["resume", " "], "a queue name cannot be empty"),
+        (["retry", "--id", "424242"], "no job with id 424242; nothing was changed"),
+    ],
+)
 def test_bad_input_is_one_line_and_exit_2(dsn, argv, message):
     result = jobsup(*argv, "--dsn", dsn)
     assert result.returncode == 2
@@ -282,9 +308,13 @@ class Feed:
 
 
 def started_by_queue(conn, since, until) -> dict[str, int]:
-    return dict(conn.execute(
-        "SELECT j.queue, count(*) FROM calls c JOIN jobsup.jobs j ON j.id = c.job_id "
-        "WHERE c.at >= %s AND c.at < %s GROUP BY j.queue", (since, until)).fetchall())
+    return dict(
+        conn.execute(
+            "SELECT j.queue, count(*) FROM calls c JOIN jobsup.jobs j ON j.id = c.job_id "
+            "WHERE c.at >= %s AND c.at < %s GROUP BY j.queue",
+            (since, until),
+        ).fetchall()
+    )
 
 
 def db_now(conn):
@@ -300,8 +330,12 @@ def test_pausing_a_queue_under_load_on_two_supervisors(conn, dsn, start):
         sup.wait_ready()
     feed = Feed(dsn, ["a", "b"])
     try:
-        wait_for(lambda: len(started_by_queue(conn, db_now(conn) - timedelta(seconds=1), db_now(conn))) == 2,
-                 30, 0.05, "both queues running")
+        wait_for(
+            lambda: len(started_by_queue(conn, db_now(conn) - timedelta(seconds=1), db_now(conn))) == 2,
+            30,
+            0.05,
+            "both queues running",
+        )
         time.sleep(2)  # a steady state to compare with (a fixed span of the stream, not a wait for a result)
         result = jobsup("pause", "a", "--dsn", dsn)
         assert result.returncode == 0, result.stderr
@@ -322,12 +356,17 @@ def test_pausing_a_queue_under_load_on_two_supervisors(conn, dsn, start):
         resumed = jobsup("resume", "a", "--json", "--dsn", dsn)
         assert json.loads(resumed.stdout) == {"queue": "a", "paused": False, "changed": True}
         (resumed_at,) = conn.execute("SELECT clock_timestamp()").fetchone()
-        wait_for(lambda: started_by_queue(conn, resumed_at, db_now(conn)).get("a", 0) > 0, 10, 0.05,
-                 "queue a claimed again")
+        wait_for(
+            lambda: started_by_queue(conn, resumed_at, db_now(conn)).get("a", 0) > 0, 10, 0.05, "queue a claimed again"
+        )
     finally:
         feed.close()
-    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status <> 'done'").fetchone()[0] == 0,
-             60, 0.1, "the backlog of a to drain")
+    wait_for(
+        lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status <> 'done'").fetchone()[0] == 0,
+        60,
+        0.1,
+        "the backlog of a to drain",
+    )
     for sup in sups:
         assert "queue.resumed" in sup.log()
 
@@ -357,14 +396,23 @@ def test_a_pause_whose_notify_was_missed_is_read_by_the_heartbeat(conn, dsn, sta
 
 def test_retry_runs_a_job_waiting_for_its_backoff_now_and_reports_the_others(conn, dsn, start):
     make_calls_table(conn)
-    waiting, scheduled, due, done = client.enqueue_many(conn, [
-        {"kind": "rate_limited", "payload": {"seconds": 3600}},  # RetryAfter(3600) on its first attempt
-        {"kind": "ok", "delay": 3600, "queue": "later"}, {"kind": "ok", "queue": "later"},
-        {"kind": "ok", "queue": "later"}])
+    waiting, scheduled, due, done = client.enqueue_many(
+        conn,
+        [
+            {"kind": "rate_limited", "payload": {"seconds": 3600}},  # RetryAfter(3600) on its first attempt
+            {"kind": "ok", "delay": 3600, "queue": "later"},
+            {"kind": "ok", "queue": "later"},
+            {"kind": "ok", "queue": "later"},
+        ],
+    )
     conn.execute("UPDATE jobsup.jobs SET status = 'done', done_at = now() WHERE id = %s", (done,))
     start(app=APP, procs=1)
-    wait_for(lambda: job(conn, waiting)["attempts"] == 1 and job(conn, waiting)["status"] == "queued",
-             30, 0.05, "the first attempt to fail")
+    wait_for(
+        lambda: job(conn, waiting)["attempts"] == 1 and job(conn, waiting)["status"] == "queued",
+        30,
+        0.05,
+        "the first attempt to fail",
+    )
     assert job(conn, waiting)["run_at"] > db_now(conn)  # an hour away
 
     result = jobsup("retry", "--id", str(waiting), str(scheduled), str(due), str(done), "--dsn", dsn)
@@ -374,7 +422,8 @@ def test_retry_runs_a_job_waiting_for_its_backoff_now_and_reports_the_others(con
         f"job {scheduled} (ok): not changed: scheduled, not waiting for a retry (it never ran)",
         f"job {due} (ok): not changed: due already",
         f"job {done} (ok): not changed: done, not waiting for a retry",
-        "retried 1 job now; 3 not changed"]
+        "retried 1 job now; 3 not changed",
+    ]
     wait_for(lambda: job(conn, waiting)["status"] == "done", 20, 0.05, "the retry to run at once")
     assert job(conn, waiting)["attempts"] == 2
     assert job(conn, scheduled)["run_at"] > db_now(conn)

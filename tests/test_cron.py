@@ -5,21 +5,21 @@ from __future__ import annotations
 
 import json
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 
 import psycopg
 import pytest
 
 from jobsup import App
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput
 from jobsup.schedule import Schedule
-from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.scheduler import choose
 
 from .helpers import cli_env, jobsup, wait_for
 
 APP = "tests.cron_app:app"
-UTC = timezone.utc
+UTC = UTC
 
 
 def utc(text: str) -> datetime:
@@ -37,23 +37,52 @@ def fires_on(schedule: Schedule, start: str, end: str) -> list[str]:
 
 # --- fire times, by computation -----------------------------------------------------------------------
 
-@pytest.mark.parametrize("tz, expression, start, end, expected", [
-    # Berlin springs forward 2026-03-29 at 02:00 CET: 02:30 does not exist; it fires at 03:00 CEST.
-    ("Europe/Berlin", "30 2 * * *", "2026-03-28T12:00", "2026-03-30T12:00",
-     ["2026-03-29T01:00", "2026-03-30T00:30"]),
-    # Berlin falls back 2026-10-25 at 03:00 CEST: 02:30 happens twice; it fires once, at the first (CEST).
-    ("Europe/Berlin", "30 2 * * *", "2026-10-24T12:00", "2026-10-26T12:00",
-     ["2026-10-25T00:30", "2026-10-26T01:30"]),
-    # New York springs forward 2026-03-08 at 02:00 EST: 02:30 fires at 03:00 EDT.
-    ("America/New_York", "30 2 * * *", "2026-03-07T12:00", "2026-03-09T12:00",
-     ["2026-03-08T07:00", "2026-03-09T06:30"]),
-    # New York falls back 2026-11-01 at 02:00 EDT: 02:30 is not repeated there (01:30 is), so one fire...
-    ("America/New_York", "30 2 * * *", "2026-10-31T12:00", "2026-11-02T12:00",
-     ["2026-11-01T07:30", "2026-11-02T07:30"]),
-    # ... and the repeated 01:30 fires once, at its first (EDT) occurrence.
-    ("America/New_York", "30 1 * * *", "2026-10-31T12:00", "2026-11-02T12:00",
-     ["2026-11-01T05:30", "2026-11-02T06:30"]),
-])
+
+@pytest.mark.parametrize(
+    "tz, expression, start, end, expected",
+    [
+        # Berlin springs forward 2026-03-29 at 02:00 CET: 02:30 does not exist; it fires at 03:00 CEST.
+        (
+            "Europe/Berlin",
+            "30 2 * * *",
+            "2026-03-28T12:00",
+            "2026-03-30T12:00",
+            ["2026-03-29T01:00", "2026-03-30T00:30"],
+        ),
+        # Berlin falls back 2026-10-25 at 03:00 CEST: 02:30 happens twice; it fires once, at the first (CEST).
+        (
+            "Europe/Berlin",
+            "30 2 * * *",
+            "2026-10-24T12:00",
+            "2026-10-26T12:00",
+            ["2026-10-25T00:30", "2026-10-26T01:30"],
+        ),
+        # New York springs forward 2026-03-08 at 02:00 EST: 02:30 fires at 03:00 EDT.
+        (
+            "America/New_York",
+            "30 2 * * *",
+            "2026-03-07T12:00",
+            "2026-03-09T12:00",
+            ["2026-03-08T07:00", "2026-03-09T06:30"],
+        ),
+        # New York falls back 2026-11-01 at 02:00 EDT: 02:30 is not repeated there (01:30 is), so one fire...
+        (
+            "America/New_York",
+            "30 2 * * *",
+            "2026-10-31T12:00",
+            "2026-11-02T12:00",
+            ["2026-11-01T07:30", "2026-11-02T07:30"],
+        ),
+        # ... and the repeated 01:30 fires once, at its first (EDT) occurrence.
+        (
+            "America/New_York",
+            "30 1 * * *",
+            "2026-10-31T12:00",
+            "2026-11-02T12:00",
+            ["2026-11-01T05:30", "2026-11-02T06:30"],
+        ),
+    ],
+)
 def test_a_daily_fire_happens_once_on_both_dst_days(tz, expression, start, end, expected):
     assert fires_on(Schedule("daily", "tick", expression, tz=tz), start, end) == expected
 
@@ -63,8 +92,12 @@ def test_an_hourly_schedule_follows_real_time_across_dst():
     # The local day has 23 hours in spring and 25 in autumn, and a fire in each of them.
     assert len(fires_on(hourly, "2026-03-28T23:00", "2026-03-29T22:00")) == 23
     autumn = fires_on(hourly, "2026-10-24T22:00", "2026-10-25T23:00")
-    assert len(autumn) == 25 and autumn[:4] == ["2026-10-24T22:30", "2026-10-24T23:30", "2026-10-25T00:30",
-                                                "2026-10-25T01:30"]
+    assert len(autumn) == 25 and autumn[:4] == [
+        "2026-10-24T22:30",
+        "2026-10-24T23:30",
+        "2026-10-25T00:30",
+        "2026-10-25T01:30",
+    ]
 
 
 def test_intervals_fall_on_multiples_of_the_interval_since_the_epoch():
@@ -72,7 +105,10 @@ def test_intervals_fall_on_multiples_of_the_interval_since_the_epoch():
     start = utc("2026-12-01T10:00:00.100000")
     fires = every.fires_after(start)
     assert [next(fires).isoformat() for _ in range(3)] == [
-        "2026-12-01T10:00:00.250000+00:00", "2026-12-01T10:00:00.500000+00:00", "2026-12-01T10:00:00.750000+00:00"]
+        "2026-12-01T10:00:00.250000+00:00",
+        "2026-12-01T10:00:00.500000+00:00",
+        "2026-12-01T10:00:00.750000+00:00",
+    ]
     assert Schedule("s", "tick", "@hourly").next_fire(start) == utc("2026-12-01T11:00")
 
 
@@ -82,11 +118,14 @@ def test_the_missed_fire_policies_choose_from_the_fires_due():
         schedule = Schedule("m", "tick", "* * * * *", missed=missed)
         due, _ = schedule.due(after, now, 1000)
         assert len(due) == 10 and due[-1] == utc("2026-12-01T10:10")
-        assert choose(schedule, due, catch_up=True) == due[len(due) - expected:]
+        assert choose(schedule, due, catch_up=True) == due[len(due) - expected :]
         assert choose(schedule, due, catch_up=False) == due  # on time: every fire
     capped = Schedule("m", "tick", "* * * * *", missed="all", missed_limit=3)
     assert choose(capped, capped.due(after, now, 1000)[0], catch_up=True) == [
-        utc("2026-12-01T10:08"), utc("2026-12-01T10:09"), utc("2026-12-01T10:10")]
+        utc("2026-12-01T10:08"),
+        utc("2026-12-01T10:09"),
+        utc("2026-12-01T10:10"),
+    ]
     # A year away costs little and still finds the latest fire.
     due, more = capped.due(utc("2025-12-01T10:00"), now, 1)
     assert due == [utc("2026-12-01T10:10")] and more
@@ -94,15 +133,19 @@ def test_the_missed_fire_policies_choose_from_the_fires_due():
 
 # --- bad input ------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("args, kwargs, says", [
-    (("tick", "61 * * * *"), {}, "schedule 'tick': bad cron expression '61 * * * *'"),
-    (("tick", "* * *"), {}, "schedule 'tick': bad cron expression '* * *': five fields"),
-    (("tick", "@daily"), {"tz": "Europe/Atlantis"}, "schedule 'tick': unknown time zone 'Europe/Atlantis'"),
-    (("tick", "0s"), {}, "schedule 'tick': the interval '0s' must be more than 0"),
-    (("tick", -5), {}, "schedule 'tick': the interval '-5' must be more than 0"),
-    (("tick", "30s"), {"missed": "some"}, "schedule 'tick': missed must be one of latest, none, all"),
-    (("tick", "30s"), {"payload": {"fire_at": 1}}, "schedule 'tick': payload cannot use the keys"),
-])
+
+@pytest.mark.parametrize(
+    "args, kwargs, says",
+    [
+        (("tick", "61 * * * *"), {}, "schedule 'tick': bad cron expression '61 * * * *'"),
+        (("tick", "* * *"), {}, "schedule 'tick': bad cron expression '* * *': five fields"),
+        (("tick", "@daily"), {"tz": "Europe/Atlantis"}, "schedule 'tick': unknown time zone 'Europe/Atlantis'"),
+        (("tick", "0s"), {}, "schedule 'tick': the interval '0s' must be more than 0"),
+        (("tick", -5), {}, "schedule 'tick': the interval '-5' must be more than 0"),
+        (("tick", "30s"), {"missed": "some"}, "schedule 'tick': missed must be one of latest, none, all"),
+        (("tick", "30s"), {"payload": {"fire_at": 1}}, "schedule 'tick': payload cannot use the keys"),
+    ],
+)
 def test_a_bad_schedule_is_refused_with_one_line_naming_it(args, kwargs, says):
     with pytest.raises(BadInput) as caught:
         App().every(*args, **kwargs)
@@ -127,15 +170,21 @@ def test_start_exits_3_when_a_schedule_is_bad(dsn, bad):
 
 # --- supervisors firing -------------------------------------------------------------------------------
 
+
 def make_calls(conn: psycopg.Connection) -> None:
     conn.execute("CREATE TABLE IF NOT EXISTS cron_calls (job_id bigint, fire_at timestamptz, started timestamptz)")
 
 
 def fires(conn: psycopg.Connection, schedule: str) -> list[datetime]:
     """The fire times of the schedule's jobs (not those of `cron run`), one per job, ascending."""
-    return [row[0] for row in conn.execute(
-        "SELECT (payload->>'fire_at')::timestamptz FROM jobsup.jobs WHERE payload->>'schedule' = %s"
-        " AND NOT payload ? 'manual' ORDER BY 1", (schedule,))]
+    return [
+        row[0]
+        for row in conn.execute(
+            "SELECT (payload->>'fire_at')::timestamptz FROM jobsup.jobs WHERE payload->>'schedule' = %s"
+            " AND NOT payload ? 'manual' ORDER BY 1",
+            (schedule,),
+        )
+    ]
 
 
 def db_now(conn: psycopg.Connection) -> datetime:
@@ -143,10 +192,20 @@ def db_now(conn: psycopg.Connection) -> datetime:
 
 
 def declare(conn: psycopg.Connection, schedule: Schedule, fired_through: datetime | None = None) -> None:
-    conn.execute(SQL["schedule_declare"], {
-        "name": schedule.name, "kind": schedule.kind, "expression": schedule.expression, "tz": schedule.tz,
-        "payload": "{}", "queue": schedule.queue, "priority": schedule.priority,
-        "max_attempts": schedule.max_attempts, "missed": schedule.missed})
+    conn.execute(
+        SQL["schedule_declare"],
+        {
+            "name": schedule.name,
+            "kind": schedule.kind,
+            "expression": schedule.expression,
+            "tz": schedule.tz,
+            "payload": "{}",
+            "queue": schedule.queue,
+            "priority": schedule.priority,
+            "max_attempts": schedule.max_attempts,
+            "missed": schedule.missed,
+        },
+    )
     if fired_through is not None:
         conn.execute("UPDATE jobsup.schedules SET fired_through = %s WHERE name = %s", (fired_through, schedule.name))
 
@@ -199,9 +258,13 @@ def test_a_restarted_supervisor_enqueues_what_the_missed_fire_policy_says(conn, 
     before = fires(conn, "tick")
     wait_for(lambda: db_now(conn) > stopped_through + 5.5 * step, timeout=30, message="five fires missed")
     second = start("--procs", "1", app=APP, env=env)
-    line = wait_for(lambda: next((line for line in second.log().splitlines()
-                                  if "schedule.missed" in line and "schedule=tick" in line), None),
-                    timeout=30, message="the restarted supervisor's catch-up")
+    line = wait_for(
+        lambda: next(
+            (line for line in second.log().splitlines() if "schedule.missed" in line and "schedule=tick" in line), None
+        ),
+        timeout=30,
+        message="the restarted supervisor's catch-up",
+    )
     caught_up_to = datetime.fromisoformat(re.search(r"through=(\S+)", line).group(1))
     missed_count = int(re.search(r"missed=(\d+)", line).group(1))
     wait_for(lambda: fires(conn, "tick")[-1] > caught_up_to, timeout=30, message="a fire after the restart")
@@ -211,7 +274,7 @@ def test_a_restarted_supervisor_enqueues_what_the_missed_fire_policy_says(conn, 
     assert len(grid) == missed_count >= 5
     caught = [t for t in fires(conn, "tick") if stopped_through < t <= caught_up_to]
     assert caught == {"none": [], "latest": grid[-1:], "all": grid}[missed]
-    assert fires(conn, "tick")[:len(before)] == before
+    assert fires(conn, "tick")[: len(before)] == before
     after = [t for t in fires(conn, "tick") if t > caught_up_to]
     assert_every_fire_once(after, step)  # and on time again from there on
 
@@ -225,7 +288,8 @@ def test_a_changed_expression_counts_from_the_start_that_brings_it(conn, dsn, st
     sup.wait_log("scheduler.started")
     wait_for(lambda: len(fires(conn, "tick")) >= 3, timeout=30, message="fires of the new expression")
     (expression, declared_at) = conn.execute(
-        "SELECT expression, declared_at FROM jobsup.schedules WHERE name = 'tick'").fetchone()
+        "SELECT expression, declared_at FROM jobsup.schedules WHERE name = 'tick'"
+    ).fetchone()
     assert sup.stop() == 0, sup.log()
     assert expression == "200ms"
     assert fires(conn, "tick")[0] > declared_at
@@ -249,15 +313,20 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     assert fires(conn, "tick")[-1] <= paused_at
     listed = {s["name"]: s for s in json.loads(jobsup("cron", "--json", "--dsn", dsn).stdout)}
     assert listed["tick"]["state"] == "paused" and listed["tick"]["paused"] is True
-    assert jobsup("cron", "pause", "tick", "--dsn", dsn).stdout.strip() == \
-        "schedule tick was already paused (nothing changed)"
+    assert (
+        jobsup("cron", "pause", "tick", "--dsn", dsn).stdout.strip()
+        == "schedule tick was already paused (nothing changed)"
+    )
 
     result = jobsup("cron", "resume", "tick", "--dsn", dsn)
     assert result.returncode == 0 and result.stdout.strip() == "resumed schedule tick", result
     resumed_at = db_now(conn)
     wait_for(lambda: fires(conn, "tick")[-1] > resumed_at, timeout=10, message="a fire after resume")
-    (created,) = conn.execute("SELECT min(created_at) FROM jobsup.jobs WHERE payload->>'schedule' = 'tick' "
-                              "AND (payload->>'fire_at')::timestamptz > %s", (resumed_at,)).fetchone()
+    (created,) = conn.execute(
+        "SELECT min(created_at) FROM jobsup.jobs WHERE payload->>'schedule' = 'tick' "
+        "AND (payload->>'fire_at')::timestamptz > %s",
+        (resumed_at,),
+    ).fetchone()
     assert created - resumed_at < timedelta(seconds=2)
 
     # cron run: exactly one job now (of the orphaned schedule, which nothing else fires).
@@ -267,14 +336,15 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
     runs = conn.execute("SELECT id, kind, payload FROM jobsup.jobs WHERE payload ? 'manual'").fetchall()
     assert [(r[0], r[1], r[2]["schedule"]) for r in runs] == [(job_id, "tick", "gone")]
     result = jobsup("cron", "run", "nosuch", "--dsn", dsn)
-    assert result.returncode == 2 and result.stderr.strip() == \
-        "jobsup: error: no schedule named 'nosuch' (jobsup cron lists them)"
+    assert (
+        result.returncode == 2
+        and result.stderr.strip() == "jobsup: error: no schedule named 'nosuch' (jobsup cron lists them)"
+    )
 
     # A schedule that no running app declares is shown as orphaned and never fired.
     listed = {s["name"]: s for s in json.loads(jobsup("cron", "--json", "--dsn", dsn).stdout)}
     assert listed["gone"]["state"] == "orphaned" and listed["tick"]["state"] == "active"
-    assert listed["gone"]["last_job_id"] == job_id and listed["gone"]["last_status"] in (
-        "queued", "running", "done")
+    assert listed["gone"]["last_job_id"] == job_id and listed["gone"]["last_status"] in ("queued", "running", "done")
     assert fires(conn, "gone") == []
     table = jobsup("cron", "--dsn", dsn).stdout
     assert "orphaned" in table and "paused" not in table
@@ -283,6 +353,7 @@ def test_pause_resume_and_run_from_the_cli(conn, dsn, start):
 
 
 # --- the console ------------------------------------------------------------------------------------
+
 
 def test_the_console_runs_pauses_and_resumes_a_schedule(conn, dsn, start):
     import asyncio
@@ -305,6 +376,7 @@ def test_the_console_runs_pauses_and_resumes_a_schedule(conn, dsn, start):
     async def scenario(read_only: bool) -> None:
         app = TopApp(Source(dsn), refresh=0.2, read_only=read_only)
         async with app.run_test(size=(120, 30)) as pilot:
+
             async def until(condition, timeout=15.0, message="condition"):
                 return await wait_for_async(condition, pilot.pause, timeout, message=message)
 
@@ -345,8 +417,10 @@ def test_the_console_runs_pauses_and_resumes_a_schedule(conn, dsn, start):
             await pilot.press("n")
             await until(lambda: isinstance(app.screen, ConfirmSchedule))
             await pilot.press("y")
-            await until(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE payload ? 'manual'")
-                        .fetchone()[0] == 1, message="one job run now")
+            await until(
+                lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE payload ? 'manual'").fetchone()[0] == 1,
+                message="one job run now",
+            )
 
     asyncio.run(scenario(read_only=False))
     asyncio.run(scenario(read_only=True))

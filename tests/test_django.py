@@ -17,9 +17,9 @@ import pytest
 
 django = pytest.importorskip("django")
 
-from jobsup import queue  # noqa: E402
+from jobsup import queue
 
-from .helpers import cli_env, jobsup, wait_for  # noqa: E402
+from .helpers import cli_env, jobsup, wait_for
 
 SETTINGS = "tests.django_project.settings"
 
@@ -59,6 +59,7 @@ def start_django(start, dsn: str):
 
 def finished(result):
     """Wait until a TaskResult is finished, refreshing it from the database."""
+
     def done():
         result.refresh()
         return result.is_finished
@@ -92,8 +93,14 @@ def test_enqueue_inside_atomic_rolls_back_and_commits_with_the_transaction(djang
     with transaction.atomic():
         result = add.enqueue(1, b=2)
     assert [(r[0], r[1], r[2], r[3], r[4]) for r in jobs(conn)] == [
-        (int(result.id), "tests.django_project.tasks.add", "default",
-         {"args": [1], "kwargs": {"b": 2}, "backend": "default"}, "queued")]
+        (
+            int(result.id),
+            "tests.django_project.tasks.add",
+            "default",
+            {"args": [1], "kwargs": {"b": 2}, "backend": "default"},
+            "queued",
+        )
+    ]
     assert str(result.status) == "READY" and result.enqueued_at is not None and result.attempts == 0
 
 
@@ -104,8 +111,9 @@ def test_enqueue_maps_priority_queue_and_run_after(django_db, conn):
 
     later = timezone.now() + timedelta(hours=1)
     result = add.using(priority=-7, queue_name="reports", run_after=later).enqueue(1, 1)
-    row = conn.execute("SELECT priority, queue, run_at, max_attempts FROM jobsup.jobs WHERE id = %s",
-                       [int(result.id)]).fetchone()
+    row = conn.execute(
+        "SELECT priority, queue, run_at, max_attempts FROM jobsup.jobs WHERE id = %s", [int(result.id)]
+    ).fetchone()
     assert row == (-7, "reports", later, 2)  # max_attempts from the backend's OPTIONS
     fetched = add.get_result(result.id)
     assert (fetched.task.priority, fetched.task.queue_name, fetched.task.run_after) == (-7, "reports", later)
@@ -138,20 +146,28 @@ def test_a_task_the_backend_cannot_accept_raises_invalid_task(django_db):
 def test_unknown_backend_option_is_refused_with_the_known_ones(django_db):
     from jobsup.django import InvalidTaskBackend, JobsupBackend
 
-    with pytest.raises(InvalidTaskBackend, match=r"unknown option\(s\) bogus, retries; .* knows database, "
-                                                 "max_attempts"):
+    with pytest.raises(
+        InvalidTaskBackend,
+        match=r"unknown option\(s\) bogus, retries; .* knows database, "
+        "max_attempts",
+    ):
         JobsupBackend("other", {"OPTIONS": {"bogus": 1, "retries": 2}})
     with pytest.raises(InvalidTaskBackend, match="max_attempts'] must be a whole number >= 1"):
         JobsupBackend("other", {"OPTIONS": {"max_attempts": 0}})
     backend = JobsupBackend("other", {})
-    assert (backend.supports_defer, backend.supports_async_task, backend.supports_get_result,
-            backend.supports_priority) == (True, True, True, True)
+    assert (
+        backend.supports_defer,
+        backend.supports_async_task,
+        backend.supports_get_result,
+        backend.supports_priority,
+    ) == (True, True, True, True)
     assert list(backend.check()) == []
 
 
 def test_get_result_of_what_is_not_a_task_result(django_db, conn):
-    from jobsup.django import TaskResultDoesNotExist
     from django.tasks import default_task_backend
+
+    from jobsup.django import TaskResultDoesNotExist
 
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("12345")
@@ -208,7 +224,7 @@ def test_a_failing_task_retries_and_ends_failed_with_its_errors(django_db, start
     assert str(failing.status) == "FAILED" and failing.attempts == 2 and len(failing.worker_ids) == 2
     assert [e.exception_class for e in failing.errors] == [ValueError, ValueError]
     assert "ValueError: always fails: no luck" in failing.errors[-1].traceback
-    assert 'in always_fails\n    raise ValueError' in failing.errors[0].traceback
+    assert "in always_fails\n    raise ValueError" in failing.errors[0].traceback
     with pytest.raises(ValueError, match="Task failed"):
         failing.return_value
     assert finished(flaky).return_value == 2
@@ -244,8 +260,7 @@ def test_priority_and_run_after_are_honoured(django_db, start_django):
     assert deferred.started_at >= later
 
 
-def test_a_task_whose_module_cannot_be_imported_fails_that_attempt_and_the_pool_lives(
-        django_db, conn, start_django):
+def test_a_task_whose_module_cannot_be_imported_fails_that_attempt_and_the_pool_lives(django_db, conn, start_django):
     from tests.django_project.tasks import add, pid
 
     payload = {"args": [], "kwargs": {}, "backend": "default"}
@@ -255,33 +270,37 @@ def test_a_task_whose_module_cannot_be_imported_fails_that_attempt_and_the_pool_
     before = finished(pid.enqueue()).return_value
 
     def dead(job_id):
-        return conn.execute("SELECT last_error FROM jobsup.jobs WHERE id = %s AND status = 'dead'",
-                            [job_id]).fetchone()
+        return conn.execute("SELECT last_error FROM jobsup.jobs WHERE id = %s AND status = 'dead'", [job_id]).fetchone()
 
     assert wait_for(lambda: dead(missing))[0] == (
         "ImportError: task tests.django_project.gone.task cannot be imported: ModuleNotFoundError: "
-        "No module named 'tests.django_project.gone'")
+        "No module named 'tests.django_project.gone'"
+    )
     assert wait_for(lambda: dead(broken))[0] == (
         "ImportError: task tests.django_project.broken_tasks.task cannot be imported: RuntimeError: "
-        "broken_tasks cannot be imported")
+        "broken_tasks cannot be imported"
+    )
     assert finished(add.enqueue(1, 1)).return_value == 2
     assert finished(pid.enqueue()).return_value == before  # the same worker process: the pool lived
     assert "worker.died" not in sup.log()
 
 
 def test_a_settings_module_that_does_not_exist_exits_3_with_the_reason(dsn):
-    result = jobsup("start", "--dsn", dsn, "--django", "nowhere.settings", "--procs", "1",
-                    env=cli_env(), timeout=90)
+    result = jobsup("start", "--dsn", dsn, "--django", "nowhere.settings", "--procs", "1", env=cli_env(), timeout=90)
     assert result.returncode == 3, result.stderr
-    assert "cannot set up Django with settings 'nowhere.settings' (from --django): ModuleNotFoundError: " \
-           "No module named 'nowhere'" in result.stderr
+    assert (
+        "cannot set up Django with settings 'nowhere.settings' (from --django): ModuleNotFoundError: "
+        "No module named 'nowhere'" in result.stderr
+    )
 
 
 def test_start_needs_app_or_django(dsn):
     result = jobsup("start", "--dsn", dsn, env=cli_env())
     assert result.returncode == 2
-    assert result.stderr.strip() == ("jobsup: error: jobsup start needs --app module:attribute (or JOBSUP_APP), "
-                                     "or --django settings.module (or JOBSUP_DJANGO)")
+    assert result.stderr.strip() == (
+        "jobsup: error: jobsup start needs --app module:attribute (or JOBSUP_APP), "
+        "or --django settings.module (or JOBSUP_DJANGO)"
+    )
 
 
 def test_plain_handlers_run_beside_tasks_and_their_return_values_are_stored(django_db, conn, start_django):
@@ -294,13 +313,18 @@ def test_plain_handlers_run_beside_tasks_and_their_return_values_are_stored(djan
     finished(task)
 
     def row(job_id):
-        return conn.execute("SELECT status, return_value, last_error FROM jobsup.jobs WHERE id = %s "
-                            "AND status IN ('done', 'dead')", [job_id]).fetchone()
+        return conn.execute(
+            "SELECT status, return_value, last_error FROM jobsup.jobs WHERE id = %s AND status IN ('done', 'dead')",
+            [job_id],
+        ).fetchone()
 
     assert wait_for(lambda: row(answer)) == ("done", {"answer": 42, "for": "me"}, None)
     assert wait_for(lambda: row(bad)) == (
-        "dead", None, "ReturnValueError: return value of a 'returns_set' job is not JSON: "
-                      "Object of type set is not JSON serializable")
+        "dead",
+        None,
+        "ReturnValueError: return value of a 'returns_set' job is not JSON: "
+        "Object of type set is not JSON serializable",
+    )
     assert row(int(task.id))[1] == 3
 
 
@@ -331,6 +355,7 @@ def test_the_documentation_examples(django_db, start_django, conn):
     # JSON arguments.
     with pytest.raises(TypeError, match="Object of type datetime is not JSON serializable"):
         from datetime import datetime
+
         serialization.process_data.enqueue(datetime.now())
     doubled = serialization.double_dictionary.enqueue((1, 2, 3))
 

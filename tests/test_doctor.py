@@ -14,11 +14,11 @@ import psycopg
 import pytest
 from psycopg import conninfo
 
-from jobsup.db import lifecycle
 from jobsup import client
+from jobsup.db import lifecycle
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.ops.doctor import SUPERVISOR_LINKS, Thresholds, check_prepared, check_table, run_checks
 from jobsup.ops.health import ahealth_warning, health_warning
-from jobsup.db.sql import STATEMENTS as SQL
 
 from .helpers import cli_env, jobsup, wait_for
 from .test_cli import refused_all
@@ -35,8 +35,9 @@ def doctor(dsn: str, *args: str, **env: str):
 
 def line_of(stdout: str, name: str) -> str:
     """The line of check `name` in the text output."""
-    (line,) = [line for line in stdout.splitlines() if line[:4] in ("ok  ", "WARN", "FAIL")
-               and line[6:].startswith(name + " ")]
+    (line,) = [
+        line for line in stdout.splitlines() if line[:4] in ("ok  ", "WARN", "FAIL") and line[6:].startswith(name + " ")
+    ]
     return line
 
 
@@ -65,6 +66,7 @@ def hold_snapshot(conn: psycopg.Connection) -> int:
 
 def until_warns(conn: psycopg.Connection, name: str, thresholds: Thresholds = QUICK):
     """Check `name` of the report once it warns (its problem has aged past the thresholds)."""
+
     def warned():
         found = check(run_checks(conn, thresholds), name)
         return found if found.level == "warn" else None
@@ -85,10 +87,22 @@ def test_a_healthy_database_exits_0_and_its_json_parses(dsn, conn):
     report = json.loads(result.stdout)
     assert report["healthy"] is True and report["exit_code"] == 0
     names = [c["name"] for c in report["checks"]]
-    assert names[:6] == ["server", "schema", "xmin_horizon", "idle_in_transaction", "prepared_transactions",
-                         "replication_slots"]
-    assert {"table jobsup.jobs", "table jobsup.supervisors", "notify_queue", "connections", "supervisors",
-            "orphaned_jobs"} <= set(names)
+    assert names[:6] == [
+        "server",
+        "schema",
+        "xmin_horizon",
+        "idle_in_transaction",
+        "prepared_transactions",
+        "replication_slots",
+    ]
+    assert {
+        "table jobsup.jobs",
+        "table jobsup.supervisors",
+        "notify_queue",
+        "connections",
+        "supervisors",
+        "orphaned_jobs",
+    } <= set(names)
     assert {c["level"] for c in report["checks"]} == {"ok"}
     jobs = next(c for c in report["checks"] if c["name"] == "table jobsup.jobs")
     assert jobs["figures"]["table_bytes"] > 0 and jobs["figures"]["index_bytes"] > 0
@@ -102,8 +116,9 @@ def test_a_held_snapshot_is_named_by_doctor_and_by_the_health_line(dsn, conn, ho
     assert f"by pid {pid} (idle in transaction, application 'doctor test holder'" in found.message
     assert f"pg_terminate_backend({pid})" in found.action
     assert found.figures["oldest"]["pid"] == pid and found.figures["oldest"]["idle_in_transaction"]
-    assert re.fullmatch(rf"vacuum held back [0-9.ms]+ by pid {pid} \(idle in transaction\)",
-                        health_warning(conn, QUICK) or "")
+    assert re.fullmatch(
+        rf"vacuum held back [0-9.ms]+ by pid {pid} \(idle in transaction\)", health_warning(conn, QUICK) or ""
+    )
     assert health_warning(conn) is None  # the default 5 minutes have not passed
 
     # The real CLI: exit 1, the holder on the xmin_horizon line, the same in --json.
@@ -144,11 +159,15 @@ def test_a_session_idle_in_a_transaction_is_named(dsn, conn):
 
 
 def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
-    conn.execute("INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
-                 "VALUES ('gone:4211:ab', 'gone', 4211, '0', '{default}', 2, now() - interval '2 hours')")
-    (job_id,) = conn.execute("INSERT INTO jobsup.jobs (kind, status, attempts, locked_by, locked_until) "
-                             "VALUES ('email', 'running', 1, 'gone:4211:ab', now() + interval '1 minute') "
-                             "RETURNING id").fetchone()
+    conn.execute(
+        "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
+        "VALUES ('gone:4211:ab', 'gone', 4211, '0', '{default}', 2, now() - interval '2 hours')"
+    )
+    (job_id,) = conn.execute(
+        "INSERT INTO jobsup.jobs (kind, status, attempts, locked_by, locked_until) "
+        "VALUES ('email', 'running', 1, 'gone:4211:ab', now() + interval '1 minute') "
+        "RETURNING id"
+    ).fetchone()
     result = doctor(dsn)  # the defaults warn about both
     assert result.returncode == 1, result.stdout
     lines = result.stdout.splitlines()
@@ -156,8 +175,7 @@ def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
     assert sup.startswith("WARN") and "gone:4211:ab (pid 4211 on gone), last beat 2h00m ago" in sup
     orphans = line_of(result.stdout, "orphaned_jobs")
     assert orphans.startswith("WARN")
-    assert f"1 running job under no live supervisor; 1 of gone:4211:ab (first id {job_id}, lease expires in" \
-        in orphans
+    assert f"1 running job under no live supervisor; 1 of gone:4211:ab (first id {job_id}, lease expires in" in orphans
     assert "no live supervisor runs a reaper: start one" in result.stdout
     assert lines[-1] == "2 problems: supervisors, orphaned_jobs"
 
@@ -174,8 +192,11 @@ def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, sta
     sup = start(procs=2)
     sup.wait_ready()
     client.enqueue(conn, queue.JobSpec("ok"))  # its first outcome opens the writes connection
-    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()[0] == 1,
-             timeout=60, message="the job done")
+    wait_for(
+        lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()[0] == 1,
+        timeout=60,
+        message="the job done",
+    )
 
     def counted():
         found = check(run_checks(conn), "connections")
@@ -185,8 +206,9 @@ def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, sta
     found = wait_for(counted, timeout=30, message="one connection per link")
     assert found.level == "ok" and found.figures["live_supervisors"] == 1
     assert "1 supervisor x 6 = 6 at most, 5 open" in found.message
-    opened = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                          "AND application_name LIKE 'jobsup %'").fetchone()[0]
+    opened = conn.execute(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE 'jobsup %'"
+    ).fetchone()[0]
     assert opened == len(SUPERVISOR_LINKS) - 1  # no schedules; the worker processes hold none
     assert run_checks(conn).exit_code == 0
     assert sup.stop() == 0
@@ -212,13 +234,23 @@ def test_dead_tuples_of_the_jobs_table_are_counted_from_the_statistics(dsn, conn
 
 def test_dead_tuples_warn_with_what_to_do():
     server = {"autovacuum": True}
-    table = {"name": "jobsup.jobs", "tables": 1, "live_tuples": 1_000, "dead_tuples": 2_000_000,
-             "vacuum_at": 250, "autovacuum_enabled": True, "vacuum_age": 7200.0, "vacuums": 3,
-             "table_bytes": 300 * 2**20, "index_bytes": 40 * 2**20}
+    table = {
+        "name": "jobsup.jobs",
+        "tables": 1,
+        "live_tuples": 1_000,
+        "dead_tuples": 2_000_000,
+        "vacuum_at": 250,
+        "autovacuum_enabled": True,
+        "vacuum_age": 7200.0,
+        "vacuums": 3,
+        "table_bytes": 300 * 2**20,
+        "index_bytes": 40 * 2**20,
+    }
     found = check_table(table, server, Thresholds(), held_back=False)
     assert found.level == "warn"
-    assert found.message == ("1,000 live, 2,000,000 dead (100%), autovacuum at 250 dead, last vacuum 2h00m ago; "
-                             "300.0 MB + 40.0 MB indexes")
+    assert found.message == (
+        "1,000 live, 2,000,000 dead (100%), autovacuum at 250 dead, last vacuum 2h00m ago; 300.0 MB + 40.0 MB indexes"
+    )
     assert "VACUUM (VERBOSE) jobsup.jobs" in found.action and "autovacuum_vacuum_scale_factor" in found.action
     assert "xmin_horizon" in check_table(table, server, Thresholds(), held_back=True).action
     assert check_table(table, server, Thresholds(max_dead_tuples=0, max_dead_ratio=0), False).level == "ok"
@@ -297,15 +329,18 @@ def test_without_pg_monitor_a_holder_is_found_but_its_age_is_not(dsn, holder, mo
 
 
 def test_bad_thresholds_are_refused_with_one_line_and_exit_2(dsn):
-    refused_all(dsn, [
-        (["doctor", "--max-xmin-age", "-5m"], "--max-xmin-age"),
-        (["doctor", "--max-xmin-age", "soon"], "not a duration: 'soon'"),
-        (["doctor", "--max-notify-usage", "2"], "must be between 0 and 1"),
-        (["doctor", "--max-connections-used", "most"], "not a number: 'most'"),
-        (["doctor", "--max-dead-tuples", "many"], "not a whole number"),
-        (["doctor", "--max-dead-tuples", "-1"], "--max-dead-tuples cannot be negative"),
-        (["doctor", "--stale-after", "1x"], "--stale-after"),
-    ])
+    refused_all(
+        dsn,
+        [
+            (["doctor", "--max-xmin-age", "-5m"], "--max-xmin-age"),
+            (["doctor", "--max-xmin-age", "soon"], "not a duration: 'soon'"),
+            (["doctor", "--max-notify-usage", "2"], "must be between 0 and 1"),
+            (["doctor", "--max-connections-used", "most"], "not a number: 'most'"),
+            (["doctor", "--max-dead-tuples", "many"], "not a whole number"),
+            (["doctor", "--max-dead-tuples", "-1"], "--max-dead-tuples cannot be negative"),
+            (["doctor", "--stale-after", "1x"], "--stale-after"),
+        ],
+    )
     result = doctor(dsn, JOBSUP_DOCTOR_MAX_DEAD_RATIO="1.5")
     assert result.returncode == 2 and "must be between 0 and 1" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from jobsup.db import lifecycle
 from jobsup import client
+from jobsup.db import lifecycle
 from jobsup.supervisor.dispatcher import HANDOUT_MAX
 
 from .helpers import wait_for
@@ -18,8 +18,11 @@ from .supervisor_helpers import make_calls_table
 
 def load(conn, count: int, queues: list[str], kind: str = "record") -> None:
     """`count` jobs of priority 0 in one statement, spread round-robin over `queues` in id order."""
-    conn.execute("INSERT INTO jobsup.jobs (queue, kind) SELECT (%s::text[])[1 + i %% %s], %s "
-                 "FROM generate_series(0, %s - 1) AS i", (queues, len(queues), kind, count))
+    conn.execute(
+        "INSERT INTO jobsup.jobs (queue, kind) SELECT (%s::text[])[1 + i %% %s], %s "
+        "FROM generate_series(0, %s - 1) AS i",
+        (queues, len(queues), kind, count),
+    )
 
 
 def done_by_queue(conn) -> dict[str, int]:
@@ -57,22 +60,30 @@ def test_a_high_priority_job_mid_drain_is_taken_by_the_next_claim_and_both_queue
     before = done_by_queue(conn)
     urgent = client.enqueue(conn, "record", queue="a", priority=10)
     committed = server_clock(conn)  # after the enqueue's commit: any claim that began later sees the job
-    wait_for(lambda: conn.execute("SELECT status = 'done' FROM jobsup.jobs WHERE id = %s", (urgent,)).fetchone()[0],
-             timeout=60, message="the urgent job done")
+    wait_for(
+        lambda: conn.execute("SELECT status = 'done' FROM jobsup.jobs WHERE id = %s", (urgent,)).fetchone()[0],
+        timeout=60,
+        message="the urgent job done",
+    )
     claimed = conn.execute("SELECT started_at FROM jobsup.jobs WHERE id = %s", (urgent,)).fetchone()[0]
     ran = conn.execute("SELECT at FROM calls WHERE job_id = %s", (urgent,)).fetchone()[0]
     # Taken by the first claim that began after its commit: no other claim began in between.
-    between = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE started_at > %s AND started_at < %s",
-                           (committed, claimed)).fetchone()[0]
+    between = conn.execute(
+        "SELECT count(*) FROM jobsup.jobs WHERE started_at > %s AND started_at < %s", (committed, claimed)
+    ).fetchone()[0]
     assert between == 0
     # It then waited only for what the workers had been handed when it was claimed (HANDOUT_MAX each): it
     # goes before every job of a lower priority prefetched (up to two claims).
-    ahead = conn.execute("SELECT count(*) FROM calls WHERE at > %s AND at < %s AND job_id <> %s",
-                         (claimed, ran, urgent)).fetchone()[0]
+    ahead = conn.execute(
+        "SELECT count(*) FROM calls WHERE at > %s AND at < %s AND job_id <> %s", (claimed, ran, urgent)
+    ).fetchone()[0]
     assert ahead <= 2 * HANDOUT_MAX
     # Both queues go on draining, side by side, to the end.
-    wait_for(lambda: all(done_by_queue(conn).get(q, 0) >= before.get(q, 0) + 500 for q in ("a", "b")),
-             timeout=120, message="both queues progressing")
+    wait_for(
+        lambda: all(done_by_queue(conn).get(q, 0) >= before.get(q, 0) + 500 for q in ("a", "b")),
+        timeout=120,
+        message="both queues progressing",
+    )
     wait_for(lambda: sum(done_by_queue(conn).values()) == 10_001, timeout=300, message="the drain's end")
     assert done_by_queue(conn) == {"a": 5_001, "b": 5_000}
     assert conn.execute("SELECT count(*) FROM calls").fetchone()[0] == 10_001  # each ran once

@@ -15,8 +15,8 @@ import psycopg
 import pytest
 
 from jobsup.db import dsn as dsns
-from jobsup.errors import DatabaseUnavailable
 from jobsup.db.migrate import LATEST, available
+from jobsup.errors import DatabaseUnavailable
 
 from .conftest import TEMPLATE, with_dbname
 from .helpers import ROOT, cli_env, jobsup, wait_for
@@ -99,11 +99,19 @@ def test_unusable_dsn_gives_one_line_and_no_password():
     procs = []
     for bad, says in BAD_DSNS:
         # each command, and each place a DSN can come from
-        for args, env in ((["stats", "--dsn", bad], cli_env()),
-                          (["enqueue", "k", "{}"], cli_env(JOBSUP_DSN=bad)),
-                          (["migrate"], cli_env(DATABASE_URL=bad))):
-            proc = subprocess.Popen([sys.executable, "-m", "jobsup", *args], cwd=ROOT, env=env, text=True,
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        for args, env in (
+            (["stats", "--dsn", bad], cli_env()),
+            (["enqueue", "k", "{}"], cli_env(JOBSUP_DSN=bad)),
+            (["migrate"], cli_env(DATABASE_URL=bad)),
+        ):
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "jobsup", *args],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+            )
             procs.append((bad, says, args, proc))
     for bad, says, args, proc in procs:
         out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
@@ -127,24 +135,29 @@ def test_connect_error_names_the_server_not_the_password():
 # --- redact ------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("raw, shown", [
-    ("postgresql://app:s3cret@db:5432/app", "postgresql://app:***@db:5432/app"),
-    ("postgres://app:s3cret@db/app?sslmode=require", "postgres://app:***@db/app?sslmode=require"),
-    ("postgresql://app:s3cret@db/app?password=x&sslmode=require",
-     "postgresql://app:***@db/app?password=***&sslmode=require"),
-    ("postgresql://db/app?sslmode=require&PASSWORD=x", "postgresql://db/app?sslmode=require&PASSWORD=***"),
-    ("postgresql://app:pa?ss@db/app", "postgresql://app:***@db/app"),  # libpq's password ends at @ or /
-    ("postgresql://app:pa#ss@db/app", "postgresql://app:***@db/app"),
-    ("postgresql://app:p%40ss@h1:5432,h2:5433/app", "postgresql://app:***@h1:5432,h2:5433/app"),
-    ("postgresql://app@db/app", "postgresql://app@db/app"),
-    ("postgresql://app:@/app?host=/tmp/x", "postgresql://app:@/app?host=/tmp/x"),  # nothing to hide
-    ("postgresql://db:5432/app", "postgresql://db:5432/app"),
-    ("host=db password=s3cret user=app", "host=db password=*** user=app"),
-    ("host=db password = s3cret user=app", "host=db password = *** user=app"),
-    ("host=db password='a b\\' c' user=app", "host=db password=*** user=app"),
-    ("host=db PASSWORD=s3cret", "host=db PASSWORD=***"),
-    ("host=db user=app", "host=db user=app"),
-])
+@pytest.mark.parametrize(
+    "raw, shown",
+    [
+        ("postgresql://app:s3cret@db:5432/app", "postgresql://app:***@db:5432/app"),
+        ("postgres://app:s3cret@db/app?sslmode=require", "postgres://app:***@db/app?sslmode=require"),
+        (
+            "postgresql://app:s3cret@db/app?password=x&sslmode=require",
+            "postgresql://app:***@db/app?password=***&sslmode=require",
+        ),
+        ("postgresql://db/app?sslmode=require&PASSWORD=x", "postgresql://db/app?sslmode=require&PASSWORD=***"),
+        ("postgresql://app:pa?ss@db/app", "postgresql://app:***@db/app"),  # libpq's password ends at @ or /
+        ("postgresql://app:pa#ss@db/app", "postgresql://app:***@db/app"),
+        ("postgresql://app:p%40ss@h1:5432,h2:5433/app", "postgresql://app:***@h1:5432,h2:5433/app"),
+        ("postgresql://app@db/app", "postgresql://app@db/app"),
+        ("postgresql://app:@/app?host=/tmp/x", "postgresql://app:@/app?host=/tmp/x"),  # nothing to hide
+        ("postgresql://db:5432/app", "postgresql://db:5432/app"),
+        ("host=db password=s3cret user=app", "host=db password=*** user=app"),
+        ("host=db password = s3cret user=app", "host=db password = *** user=app"),
+        ("host=db password='a b\\' c' user=app", "host=db password=*** user=app"),
+        ("host=db PASSWORD=s3cret", "host=db PASSWORD=***"),
+        ("host=db user=app", "host=db user=app"),
+    ],
+)
 def test_redact(raw, shown):
     assert dsns.redact(raw) == shown
 
@@ -152,8 +165,12 @@ def test_redact(raw, shown):
 def test_redact_leaves_no_password_libpq_would_use():
     from psycopg import conninfo
 
-    for raw in ["postgresql://u:a?b#c@h/d", "postgresql://u:x@h/d?password=y", "host=h password='q r'",
-                "postgresql://u:%3Fz@h/d"]:
+    for raw in [
+        "postgresql://u:a?b#c@h/d",
+        "postgresql://u:x@h/d?password=y",
+        "host=h password='q r'",
+        "postgresql://u:%3Fz@h/d",
+    ]:
         password = conninfo.conninfo_to_dict(raw)["password"]
         assert password not in dsns.redact(raw), raw
 
@@ -177,8 +194,14 @@ def test_embedded_default_needs_no_configuration():
     assert "JOBSUP_DSN" not in env and "DATABASE_URL" not in env
 
     def start(*args: str) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", "jobsup", *args], cwd=ROOT, env=env, text=True,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        return subprocess.Popen(
+            [sys.executable, "-m", "jobsup", *args],
+            cwd=ROOT,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
 
     def finish(*procs: subprocess.Popen) -> list[str]:
         outs = []

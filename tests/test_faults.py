@@ -13,8 +13,8 @@ import psutil
 import psycopg
 import pytest
 
-from jobsup.db import embedded, lifecycle
 from jobsup import client
+from jobsup.db import embedded, lifecycle
 
 from .helpers import wait_for
 from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
@@ -61,23 +61,33 @@ def test_killed_connections_lose_no_job(conn, start):
     working = {"jobsup claims", "jobsup writes"}
 
     def connected() -> set[str]:
-        return {r[0] for r in conn.execute("SELECT application_name FROM pg_stat_activity "
-                                           "WHERE datname = current_database()")}
+        return {
+            r[0]
+            for r in conn.execute("SELECT application_name FROM pg_stat_activity WHERE datname = current_database()")
+        }
 
     rounds = 0
     for _ in range(3):
-        wait_for(lambda: working <= connected() or done_count(conn) == len(ids),
-                 message="claims and writes connected again")
+        wait_for(
+            lambda: working <= connected() or done_count(conn) == len(ids), message="claims and writes connected again"
+        )
         before = done_count(conn)
         if before == len(ids):
             break
-        killed = {name for name, ended in conn.execute(
-            "SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
-            "WHERE application_name LIKE 'jobsup %%' AND datname = current_database()") if ended}
+        killed = {
+            name
+            for name, ended in conn.execute(
+                "SELECT application_name, pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE application_name LIKE 'jobsup %%' AND datname = current_database()"
+            )
+            if ended
+        }
         assert working <= killed, killed
         rounds += 1
-        wait_for(lambda: done_count(conn) > before + 100 or done_count(conn) == len(ids),
-                 message="work resumes after the kill")
+        wait_for(
+            lambda: done_count(conn) > before + 100 or done_count(conn) == len(ids),
+            message="work resumes after the kill",
+        )
     assert rounds >= 2  # the work outlasted at least two rounds of kills
     wait_for(lambda: done_count(conn) == len(ids), timeout=60, message="every job done")
     assert calls(conn) == {i: 1 for i in ids}
@@ -114,8 +124,11 @@ def test_sigkill_of_the_supervisor_leaves_no_worker_and_another_recovers_its_job
     assert len(descendants) >= 3
     os.kill(first.pid, signal.SIGKILL)
     first.process.wait(10)
-    wait_for(lambda: not any(alive(p) for p in descendants),
-             timeout=10, message="every process of the supervisor dies with it")
+    wait_for(
+        lambda: not any(alive(p) for p in descendants),
+        timeout=10,
+        message="every process of the supervisor dies with it",
+    )
     conn.execute("UPDATE jobsup.jobs SET payload = '{\"seconds\": 0}'")  # so the second run is quick
     second = start(procs=2)
     wait_for(lambda: done_count(conn) == 2, timeout=20, message="recovered by the second supervisor")
@@ -167,12 +180,15 @@ MOMENTS = {
 }
 
 
-@pytest.mark.parametrize("app, moment", [
-    ("examples.misbehave:app", "importing"),
-    ("examples.misbehave:app", "fork server starting"),
-    ("examples.misbehave:app", "worker.spawned"),
-    ("examples.slow_app:app", "supervisor.started"),
-])
+@pytest.mark.parametrize(
+    "app, moment",
+    [
+        ("examples.misbehave:app", "importing"),
+        ("examples.misbehave:app", "fork server starting"),
+        ("examples.misbehave:app", "worker.spawned"),
+        ("examples.slow_app:app", "supervisor.started"),
+    ],
+)
 def test_ctrl_c_while_starting_stops_quietly_and_leaves_nothing(conn, start, app, moment):
     job_id = client.enqueue(conn, "ok")
     sup = start(app=app, procs=2)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import psycopg
 
-from jobsup.ops import latency
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.ops import latency
 
 from .helpers import wait_for
 from .supervisor_helpers import enqueue_kinds, status_counts
@@ -37,8 +37,11 @@ def test_known_sleeps_give_run_times_within_a_few_ms(conn, start):
     enqueue_kinds(conn, ["sleep10"] * 60 + ["sleep100"] * 16)
     wait_for(lambda: status_counts(conn).get("done") == 76, timeout=60, message="76 done")
     # The figures ride on the outcome writes at most once a second: the last ones land within it.
-    wait_for(lambda: counted(conn, "sleep10", "run_time") == 60 and counted(conn, "sleep100", "run_time") == 16,
-             timeout=10, message="every job in the histograms")
+    wait_for(
+        lambda: counted(conn, "sleep10", "run_time") == 60 and counted(conn, "sleep100", "run_time") == 16,
+        timeout=10,
+        message="every job in the histograms",
+    )
     ten, hundred = figures(conn, "sleep10", "run_time"), figures(conn, "sleep100", "run_time")
     # The supervisor's clock sees the sleep plus a pipe message each way: a fraction of a ms, more on
     # a loaded machine, never less than the sleep.
@@ -55,8 +58,10 @@ def test_a_backlog_gives_a_queue_latency_that_grows_with_it(conn, start):
     sup = start("--prefetch", "0", app=APP, procs=1)
     wait_for(lambda: status_counts(conn).get("done") == 25, timeout=60, message="25 done")
     wait_for(lambda: counted(conn, "sleep100", "queue_latency") == 25, timeout=10, message="25 latencies")
-    truth = [row[0] for row in conn.execute(
-        "SELECT extract(epoch FROM started_at - run_at)::float8 FROM jobsup.jobs ORDER BY id")]
+    truth = [
+        row[0]
+        for row in conn.execute("SELECT extract(epoch FROM started_at - run_at)::float8 FROM jobsup.jobs ORDER BY id")
+    ]
     # It grows as the backlog is worked: each job waited longer than the one before it...
     assert all(later > earlier for earlier, later in zip(truth, truth[1:]))
     assert truth[-1] > 2.0  # ...the last about 24 runs of 100 ms plus the start of the worker
@@ -77,8 +82,9 @@ def test_two_supervisors_histograms_merge(conn, start):
     by = dict(conn.execute("SELECT locked_by, count(*) FROM jobsup.jobs GROUP BY locked_by").fetchall())
     assert len(by) == 2, by  # both supervisors did some of them
     wait_for(lambda: counted(conn, "sleep10", "run_time") == 80, timeout=10, message="80 run times")
-    rows = conn.execute("SELECT count(*) FROM jobsup.latency WHERE kind = 'sleep10' AND metric = 'run_time'"
-                        " GROUP BY period, minute").fetchall()
+    rows = conn.execute(
+        "SELECT count(*) FROM jobsup.latency WHERE kind = 'sleep10' AND metric = 'run_time' GROUP BY period, minute"
+    ).fetchall()
     assert rows and all(n == 1 for (n,) in rows)  # one row per period holds both supervisors' figures
     assert 0.010 <= figures(conn, "sleep10", "run_time").p50 < 0.014
     for sup in sups:
@@ -87,8 +93,15 @@ def test_two_supervisors_histograms_merge(conn, start):
 
 def test_merge_adds_bucket_by_bucket_and_trim_keeps_the_last_periods(conn):
     def merge(pairs: dict[int, int]) -> None:
-        conn.execute(SQL["latency_merge"], {"kinds": ["k"] * len(pairs), "metrics": ["run_time"] * len(pairs),
-                                           "buckets": list(pairs), "counts": list(pairs.values())})
+        conn.execute(
+            SQL["latency_merge"],
+            {
+                "kinds": ["k"] * len(pairs),
+                "metrics": ["run_time"] * len(pairs),
+                "buckets": list(pairs),
+                "counts": list(pairs.values()),
+            },
+        )
 
     merge({210: 3, 250: 1})
     merge({250: 2, 200: 5})
@@ -98,8 +111,11 @@ def test_merge_adds_bucket_by_bucket_and_trim_keeps_the_last_periods(conn):
     merge({210: 1})
     conn.execute(SQL["latency_trim"], {"keep_periods": latency.KEEP_PERIODS})
     # The 1-minute row of 30 minutes ago is gone; its 10-minute row stays for two hours.
-    assert conn.execute("SELECT period, buckets, counts FROM jobsup.latency ORDER BY period, minute").fetchall() == \
-        [(1, [210], [1]), (10, [200, 210, 250], [5, 3, 3]), (10, [210], [1])]
+    assert conn.execute("SELECT period, buckets, counts FROM jobsup.latency ORDER BY period, minute").fetchall() == [
+        (1, [210], [1]),
+        (10, [200, 210, 250], [5, 3, 3]),
+        (10, [210], [1]),
+    ]
     conn.execute("UPDATE jobsup.latency SET minute = minute - interval '3 hours'")
     conn.execute(SQL["latency_trim"], {"keep_periods": latency.KEEP_PERIODS})
     assert conn.execute("SELECT count(*) FROM jobsup.latency").fetchone()[0] == 0
@@ -107,17 +123,24 @@ def test_merge_adds_bucket_by_bucket_and_trim_keeps_the_last_periods(conn):
 
 def test_rising_latency_is_marked(conn):
     """A kind whose last minute waited far longer than the five before it is marked rising."""
+
     def put(minutes_ago: int, seconds: float, count: int) -> None:
         """`count` waits of `seconds` in the 1-minute row of `minutes_ago`."""
-        conn.execute("INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts) "
-                     "VALUES (1, date_trunc('minute', now()) - make_interval(mins => %s), 'k', 'queue_latency', "
-                     "ARRAY[%s], ARRAY[%s::bigint])", (minutes_ago, latency.bucket(seconds), count))
+        conn.execute(
+            "INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts) "
+            "VALUES (1, date_trunc('minute', now()) - make_interval(mins => %s), 'k', 'queue_latency', "
+            "ARRAY[%s], ARRAY[%s::bigint])",
+            (minutes_ago, latency.bucket(seconds), count),
+        )
 
     def hour(waits: dict[float, int]) -> None:
         """The same waits in the current 10-minute row, which the hour's window reads."""
-        conn.execute("INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts) "
-                     "VALUES (10, date_bin('10 minutes', now(), TIMESTAMPTZ '2000-01-01 00:00:00+00'), 'k', "
-                     "'queue_latency', %s, %s)", ([latency.bucket(w) for w in waits], list(waits.values())))
+        conn.execute(
+            "INSERT INTO jobsup.latency (period, minute, kind, metric, buckets, counts) "
+            "VALUES (10, date_bin('10 minutes', now(), TIMESTAMPTZ '2000-01-01 00:00:00+00'), 'k', "
+            "'queue_latency', %s, %s)",
+            ([latency.bucket(w) for w in waits], list(waits.values())),
+        )
 
     put(4, 0.005, 100)
     put(3, 0.005, 100)
@@ -142,14 +165,21 @@ def test_rising_latency_is_marked(conn):
 def test_stats_shows_latency_expiring_leases_and_attempts(dsn, conn):
     import json
 
-    from jobsup.db import lifecycle
     from jobsup import client
+    from jobsup.db import lifecycle
     from jobsup.db.lifecycle import Failure
 
     from .helpers import jobsup
 
-    conn.execute(SQL["latency_merge"], {"kinds": ["email", "email"], "metrics": ["queue_latency", "run_time"],
-                                       "buckets": [latency.bucket(0.02), latency.bucket(0.5)], "counts": [4, 4]})
+    conn.execute(
+        SQL["latency_merge"],
+        {
+            "kinds": ["email", "email"],
+            "metrics": ["queue_latency", "run_time"],
+            "buckets": [latency.bucket(0.02), latency.bucket(0.5)],
+            "counts": [4, 4],
+        },
+    )
     client.enqueue_many(conn, [{"kind": "email"}] * 3 + [{"kind": "sms", "max_attempts": 1}])
     claimed = lifecycle.claim(conn, ["default"], 4, "sup-a", 30)
     sms = [j for j in claimed if j.kind == "sms"]
@@ -178,12 +208,19 @@ def test_stats_shows_latency_expiring_leases_and_attempts(dsn, conn):
 def test_the_console_shows_latency_leases_and_attempts_from_the_database(dsn, conn):
     import asyncio
 
-    from jobsup.db import lifecycle
     from jobsup import client
+    from jobsup.db import lifecycle
     from jobsup.monitor.source import Source
 
-    conn.execute(SQL["latency_merge"], {"kinds": ["email"] * 2, "metrics": ["queue_latency", "run_time"],
-                                       "buckets": [latency.bucket(0.3), latency.bucket(0.05)], "counts": [9, 9]})
+    conn.execute(
+        SQL["latency_merge"],
+        {
+            "kinds": ["email"] * 2,
+            "metrics": ["queue_latency", "run_time"],
+            "buckets": [latency.bucket(0.3), latency.bucket(0.05)],
+            "counts": [9, 9],
+        },
+    )
     client.enqueue_many(conn, [{"kind": "email"}] * 2)
     [job, _] = lifecycle.claim(conn, ["default"], 2, "sup-a", 30)
 

@@ -9,9 +9,13 @@ JOBS = 2000
 
 
 def connections(conn) -> dict[str, int]:
-    return dict(conn.execute("SELECT application_name, count(*) FROM pg_stat_activity "
-                             "WHERE datname = current_database() AND application_name LIKE 'jobsup %%' "
-                             "GROUP BY 1").fetchall())
+    return dict(
+        conn.execute(
+            "SELECT application_name, count(*) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND application_name LIKE 'jobsup %%' "
+            "GROUP BY 1"
+        ).fetchall()
+    )
 
 
 def test_four_supervisors_of_two_processes_handle_every_job_exactly_once(conn, start):

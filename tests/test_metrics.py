@@ -36,8 +36,11 @@ def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """Every sample of /metrics by (name, sorted labels)."""
     status, text = get(port, "/metrics")
     assert status == 200, text
-    return {(s.name, tuple(sorted(s.labels.items()))): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def samples(metrics: dict, name: str, **labels: str) -> float:
@@ -62,8 +65,9 @@ def test_metrics_counters_equal_the_final_statuses(conn, start):
         return m if samples(m, "jobsup_jobs_total") == 50 + 7 + 3 else None  # 3 failed attempts retried
 
     metrics = wait_for(settled, timeout=20, message="every outcome counted")
-    table = conn.execute("SELECT kind, status, count(*), sum(jsonb_array_length(errors)) FROM jobsup.jobs "
-                         "GROUP BY kind, status").fetchall()
+    table = conn.execute(
+        "SELECT kind, status, count(*), sum(jsonb_array_length(errors)) FROM jobsup.jobs GROUP BY kind, status"
+    ).fetchall()
     for kind, status, count, errors in table:
         assert samples(metrics, "jobsup_jobs_total", kind=kind, outcome=status) == count, (kind, status)
         if status == "dead":  # every error of a dead job but its last was a failed attempt, retried
@@ -80,8 +84,9 @@ def test_metrics_counters_equal_the_final_statuses(conn, start):
     assert samples(metrics, "jobsup_claims_total") >= 1
     assert samples(metrics, "jobsup_claimed_jobs_total") == 50 + 4 + 3 + 3
     assert samples(metrics, "jobsup_outcome_writes_total") >= 2
-    assert samples(metrics, "jobsup_outcome_write_duration_seconds_count") == \
-        samples(metrics, "jobsup_outcome_writes_total")
+    assert samples(metrics, "jobsup_outcome_write_duration_seconds_count") == samples(
+        metrics, "jobsup_outcome_writes_total"
+    )
     assert samples(metrics, "jobsup_notify_wakeups_total") >= 1
     assert samples(metrics, "jobsup_workers", state="idle") + samples(metrics, "jobsup_workers", state="busy") == 2
     assert len([k for k in metrics if k[0] == "jobsup_worker_rss_bytes"]) == 2
@@ -104,8 +109,9 @@ def test_healthz_turns_503_while_the_database_is_gone_and_200_when_it_returns(co
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
         try:
             admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
-            status, body = wait_for(lambda: (r := get(port, "/healthz"))[0] == 503 and r, timeout=30,
-                                    message="/healthz 503")
+            status, body = wait_for(
+                lambda: (r := get(port, "/healthz"))[0] == 503 and r, timeout=30, message="/healthz 503"
+            )
             assert "the database has not answered" in body
         finally:
             admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
@@ -119,15 +125,21 @@ def test_a_port_in_use_or_a_bad_port_is_refused_before_any_worker_starts(dsn):
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        result = jobsup("start", "--dsn", dsn, "--app", APP, "--metrics-host", "127.0.0.1",
-                        "--metrics-port", str(port))
+        result = jobsup("start", "--dsn", dsn, "--app", APP, "--metrics-host", "127.0.0.1", "--metrics-port", str(port))
     assert result.returncode == 2
-    assert result.stderr.strip().splitlines() == [f"jobsup: error: --metrics-port {port}: the port is in use on 127.0.0.1"]
+    assert result.stderr.strip().splitlines() == [
+        f"jobsup: error: --metrics-port {port}: the port is in use on 127.0.0.1"
+    ]
     assert "worker" not in result.stdout + result.stderr
-    for bad, says in (("70000", "--metrics-port must be a TCP port"), ("http", "not a whole number"),
-                      ("-1", "must be from 0")):
+    for bad, says in (
+        ("70000", "--metrics-port must be a TCP port"),
+        ("http", "not a whole number"),
+        ("-1", "must be from 0"),
+    ):
         result = jobsup("start", "--dsn", dsn, "--app", APP, "--metrics-port", bad)
         assert result.returncode == 2 and says in result.stderr, (bad, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1
-    result = jobsup("start", "--dsn", dsn, "--app", APP, "--metrics-port", "9", "--metrics-host", "no.such.host.invalid")
+    result = jobsup(
+        "start", "--dsn", dsn, "--app", APP, "--metrics-port", "9", "--metrics-host", "no.such.host.invalid"
+    )
     assert result.returncode == 2 and "--metrics-host" in result.stderr

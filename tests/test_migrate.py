@@ -23,8 +23,9 @@ def recorded(dsn: str) -> list[tuple[int, str]]:
 
 
 def tables(conn: psycopg.Connection) -> set[str]:
-    return {r[0] for r in conn.execute(
-        "SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobsup'")}
+    return {
+        r[0] for r in conn.execute("SELECT table_name FROM information_schema.tables WHERE table_schema = 'jobsup'")
+    }
 
 
 def expected_records() -> list[tuple[int, str]]:
@@ -89,9 +90,17 @@ def test_concurrent_migrate_threads(empty_dsn, isolation):
 
 
 def test_concurrent_migrate_processes(empty_dsn):
-    procs = [subprocess.Popen([sys.executable, "-m", "jobsup", "migrate", "--dsn", empty_dsn], cwd=ROOT,
-                              env=cli_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(4)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "migrate", "--dsn", empty_dsn],
+            cwd=ROOT,
+            env=cli_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
     outputs = [p.communicate(timeout=180) for p in procs]
     assert [p.returncode for p in procs] == [0] * 4, outputs
     assert all(err == "" for _, err in outputs), outputs

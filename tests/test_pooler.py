@@ -9,8 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from jobsup import Queue
-from jobsup import client
+from jobsup import Queue, client
 from jobsup.monitor.figures import Scope
 from jobsup.monitor.source import Source
 
@@ -25,8 +24,10 @@ POOLED = {"JOBSUP_POOLER": "transaction"}
 @pytest.fixture(scope="session")
 def bouncer(server_dsn: str) -> Iterator[str]:
     if pgbouncer.binary() is None:
-        pytest.skip("pgbouncer is not installed (`make test` installs Debian's pgbouncer package when run "
-                    "as root; otherwise: apt-get install pgbouncer)")
+        pytest.skip(
+            "pgbouncer is not installed (`make test` installs Debian's pgbouncer package when run "
+            "as root; otherwise: apt-get install pgbouncer)"
+        )
     with pgbouncer.running(server_dsn) as url:
         yield url
 
@@ -44,8 +45,9 @@ def pooled_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def backend_pids(conn: psycopg.Connection, application_name: str) -> set[int]:
-    return {r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                       (application_name,))}
+    return {
+        r[0] for r in conn.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (application_name,))
+    }
 
 
 def test_enqueue_through_the_pooler(conn, pooled_dsn, pooled_env):
@@ -56,7 +58,6 @@ def test_enqueue_through_the_pooler(conn, pooled_dsn, pooled_env):
         ids += q.enqueue_many([{"kind": "ok"}] * 50)
     assert len(set(ids)) == 80
     assert status_counts(conn) == {"queued": 80}
-
 
 
 def running_in_workers(conn) -> set[int]:
@@ -76,8 +77,12 @@ def test_supervisor_through_the_pooler_works_retries_and_stops(conn, dsn, pooled
     attempts, errors = conn.execute("SELECT attempts, errors FROM jobsup.jobs WHERE id = %s", (flaky,)).fetchone()
     assert attempts == 2 and errors[0]["error"].startswith("RuntimeError: flaky")
     # Its sessions came through PgBouncer, not straight from the supervisor.
-    clients = {r[0] for r in conn.execute(
-        "SELECT DISTINCT client_addr::text FROM pg_stat_activity WHERE application_name LIKE 'jobsup %%'")}
+    clients = {
+        r[0]
+        for r in conn.execute(
+            "SELECT DISTINCT client_addr::text FROM pg_stat_activity WHERE application_name LIKE 'jobsup %%'"
+        )
+    }
     assert clients <= {None, "127.0.0.1/32"}
     # Shutdown through the pooler: the running job finishes, the row goes.
     [slow] = client.enqueue_many(conn, [{"kind": "sleep", "payload": {"seconds": 3}}])
@@ -93,8 +98,18 @@ def test_supervisor_through_the_pooler_works_retries_and_stops(conn, dsn, pooled
 def test_listen_dsn_gives_notify_through_the_pooler(conn, dsn, pooled_dsn, start):
     make_calls_table(conn)
     # A 60 s poll: only a NOTIFY can make the job start within the test's patience.
-    sup = start("--dsn", pooled_dsn, "--pooler", "transaction", "--listen-dsn", dsn,
-                "--poll-interval", "60s", procs=1, env=POOLED)
+    sup = start(
+        "--dsn",
+        pooled_dsn,
+        "--pooler",
+        "transaction",
+        "--listen-dsn",
+        dsn,
+        "--poll-interval",
+        "60s",
+        procs=1,
+        env=POOLED,
+    )
     sup.wait_ready()
     wait_for(lambda: backend_pids(conn, "jobsup listen"), message="the listener on its direct connection")
     [job] = enqueue_kinds(conn, ["record"])
@@ -107,8 +122,11 @@ def test_console_figures_through_the_pooler(conn, pooled_dsn, pooled_env, start)
     enqueue_kinds(conn, ["ok"] * 20)
     [dead] = enqueue_kinds(conn, ["raise"], max_attempts=1)
     start("--dsn", pooled_dsn, "--pooler", "transaction", procs=2, env=POOLED)
-    wait_for(lambda: status_counts(conn).get("done") == 20 and status_counts(conn).get("dead") == 1,
-             timeout=60, message="20 done, 1 dead")
+    wait_for(
+        lambda: status_counts(conn).get("done") == 20 and status_counts(conn).get("dead") == 1,
+        timeout=60,
+        message="20 done, 1 dead",
+    )
 
     async def scenario() -> None:
         source = Source(pooled_dsn)
@@ -123,16 +141,32 @@ def test_console_figures_through_the_pooler(conn, pooled_dsn, pooled_env, start)
             await source.close()
 
     asyncio.run(scenario())
-    wait_for(lambda: status_counts(conn).get("dead") == 1 and
-             conn.execute("SELECT attempts FROM jobsup.jobs WHERE id = %s", (dead,)).fetchone()[0] == 1,
-             timeout=30, message="the requeued job ran (and died) again")
+    wait_for(
+        lambda: (
+            status_counts(conn).get("dead") == 1
+            and conn.execute("SELECT attempts FROM jobsup.jobs WHERE id = %s", (dead,)).fetchone()[0] == 1
+        ),
+        timeout=30,
+        message="the requeued job ran (and died) again",
+    )
 
 
 # --- refusals: no pooler needed ----------------------------------------------------------------------
 
+
 def test_unreachable_listen_dsn_is_one_line_and_exit_1_before_any_worker(dsn):
-    result = jobsup("start", "--dsn", dsn, "--app", "examples.misbehave:app", "--pooler", "transaction",
-                    "--listen-dsn", "postgresql://nobody:s3cret@127.0.0.1:1/none", timeout=60)
+    result = jobsup(
+        "start",
+        "--dsn",
+        dsn,
+        "--app",
+        "examples.misbehave:app",
+        "--pooler",
+        "transaction",
+        "--listen-dsn",
+        "postgresql://nobody:s3cret@127.0.0.1:1/none",
+        timeout=60,
+    )
     assert result.returncode == 1, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "--listen-dsn" in lines[0] and "s3cret" not in lines[0], lines

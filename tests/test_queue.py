@@ -11,16 +11,15 @@ from datetime import datetime, timedelta, timezone
 import psycopg
 import pytest
 
-from jobsup.db import lifecycle
 from jobsup import client
-from jobsup.ops import control
+from jobsup.db import lifecycle
+from jobsup.db.lifecycle import Failure
 from jobsup.errors import BadInput, PayloadTooLarge
 from jobsup.job import EncodedPayload, JobSpec
-from jobsup.db.lifecycle import Failure
+from jobsup.ops import control
 from jobsup.ops.snapshot import rows, snapshot
 
 from .helpers import wait_for
-
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -49,8 +48,9 @@ def claim_one(conn: psycopg.Connection, locked_by: str = "sup-a", lease: float =
 
 def bury(conn: psycopg.Connection, jobs: list[tuple[str, str]], locked_by: str = "sup-a") -> list[int]:
     """Make one dead job per (kind, error); their ids in input order."""
-    ids = client.enqueue_many(conn, [{"kind": kind, "payload": {"n": n}, "max_attempts": 1}
-                                    for n, (kind, _) in enumerate(jobs)])
+    ids = client.enqueue_many(
+        conn, [{"kind": kind, "payload": {"n": n}, "max_attempts": 1} for n, (kind, _) in enumerate(jobs)]
+    )
     claimed = {j.id: j for j in lifecycle.claim(conn, ["default"], len(jobs), locked_by, 30)}
     assert sorted(claimed) == sorted(ids)
     failures = [Failure(job_id, claimed[job_id].attempts, error) for job_id, (_, error) in zip(ids, jobs)]
@@ -88,8 +88,13 @@ def test_enqueue_defaults(conn):
     job_id = client.enqueue(conn, "email", {"to": "a@example.com"})
     row = job_row(conn, job_id)
     assert row["kind"] == "email" and row["payload"] == {"to": "a@example.com"}
-    assert (row["queue"], row["status"], row["priority"], row["attempts"], row["max_attempts"]) == \
-        ("default", "queued", 0, 0, 3)
+    assert (row["queue"], row["status"], row["priority"], row["attempts"], row["max_attempts"]) == (
+        "default",
+        "queued",
+        0,
+        0,
+        3,
+    )
     assert row["run_at"] == row["created_at"]
     assert row["errors"] == [] and row["last_error"] is None and row["locked_by"] is None
     assert job_row(conn, client.enqueue(conn, "ping"))["payload"] == {}
@@ -168,8 +173,10 @@ def test_payload_size_limit(conn):
     assert client.enqueue(conn, "pre", EncodedPayload('"x"')) is not None  # stays a string, not re-encoded
     with pytest.raises(PayloadTooLarge):
         client.enqueue(conn, "pre", EncodedPayload(json.dumps(at_limit + "x")))
-    assert [r[0] for r in conn.execute("SELECT payload FROM jobsup.jobs WHERE kind = 'pre' ORDER BY id")] == \
-        [{"a": [1, "b"]}, "x"]
+    assert [r[0] for r in conn.execute("SELECT payload FROM jobsup.jobs WHERE kind = 'pre' ORDER BY id")] == [
+        {"a": [1, "b"]},
+        "x",
+    ]
     assert count(conn) == 3
 
 
@@ -260,8 +267,9 @@ def test_async_forms(dsn):
 async def _async_forms(dsn: str) -> None:
     async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
         job_id = await client.aenqueue(aconn, "a", {"x": 1})
-        assert await client.aenqueue_many(aconn, [{"kind": "a"}, {"kind": "a", "unique_key": "k"},
-                                                 {"kind": "a", "unique_key": "k"}]) == [job_id + 1, job_id + 2, None]
+        assert await client.aenqueue_many(
+            aconn, [{"kind": "a"}, {"kind": "a", "unique_key": "k"}, {"kind": "a", "unique_key": "k"}]
+        ) == [job_id + 1, job_id + 2, None]
         jobs = await lifecycle.aclaim(aconn, ["default"], 10, "sup-a", 30)
         assert [j.id for j in jobs] == [job_id, job_id + 1, job_id + 2]
         assert await lifecycle.acomplete(aconn, [(jobs[0].id, 1)], "sup-a") == [job_id]
@@ -322,8 +330,15 @@ def test_claim_sets_lease_and_counts_attempts(conn):
     before = db_clock(conn)
     job = claim_one(conn, "sup-a", lease=45)
     after = db_clock(conn)
-    assert (job.id, job.kind, job.queue, job.payload, job.priority, job.attempts, job.max_attempts) == \
-        (job_id, "k", "default", {"p": 1}, 2, 1, 4)
+    assert (job.id, job.kind, job.queue, job.payload, job.priority, job.attempts, job.max_attempts) == (
+        job_id,
+        "k",
+        "default",
+        {"p": 1},
+        2,
+        1,
+        4,
+    )
     row = job_row(conn, job_id)
     assert row["status"] == "running" and row["locked_by"] == "sup-a" and row["attempts"] == 1
     assert before <= row["started_at"] <= after
@@ -403,15 +418,25 @@ def test_fail_backoff_history_and_burial(conn):
         job = wait_for(lambda: lifecycle.claim(conn, ["default"], 1, "sup-a", 30), message=f"attempt {attempt}")[0]
         assert (job.id, job.attempts) == (job_id, attempt)
         before = db_clock(conn)
-        [outcome] = lifecycle.fail(conn, [Failure(job_id, attempt, f"error {attempt}", f"Traceback {attempt}")],
-                               "sup-a", backoff_base=base, backoff_cap=cap, jitter=0)
+        [outcome] = lifecycle.fail(
+            conn,
+            [Failure(job_id, attempt, f"error {attempt}", f"Traceback {attempt}")],
+            "sup-a",
+            backoff_base=base,
+            backoff_cap=cap,
+            jitter=0,
+        )
         after = db_clock(conn)
         row = job_row(conn, job_id)
         assert row["last_error"] == f"error {attempt}" and row["attempts"] == attempt
         assert len(row["errors"]) == attempt
         entry = row["errors"][-1]
-        assert (entry["attempt"], entry["error"], entry["traceback"], entry["by"]) == \
-            (attempt, f"error {attempt}", f"Traceback {attempt}", "sup-a")
+        assert (entry["attempt"], entry["error"], entry["traceback"], entry["by"]) == (
+            attempt,
+            f"error {attempt}",
+            f"Traceback {attempt}",
+            "sup-a",
+        )
         if attempt < 4:
             delay = timedelta(seconds=expected[attempt - 1])
             assert outcome.status == "queued" and row["status"] == "queued"
@@ -432,8 +457,7 @@ def test_fail_default_backoff_and_jitter(conn):
     ids = client.enqueue_many(conn, [{"kind": "k"} for _ in range(20)])
     jobs = lifecycle.claim(conn, ["default"], 20, "sup-a", 30)
     before = db_clock(conn)
-    outcomes = lifecycle.fail(conn, [Failure(j.id, 1, "e") for j in jobs[:10]], "sup-a",
-                          backoff_base=100, jitter=0.5)
+    outcomes = lifecycle.fail(conn, [Failure(j.id, 1, "e") for j in jobs[:10]], "sup-a", backoff_base=100, jitter=0.5)
     outcomes += lifecycle.fail(conn, [Failure(j.id, 1, "e") for j in jobs[10:]], "sup-a")  # 1s less up to 10%
     after = db_clock(conn)
     assert sorted(o.id for o in outcomes) == sorted(ids)
@@ -468,8 +492,7 @@ def test_reap_expired_lease(conn):
     assert ra["errors"][0]["error"] == ra["last_error"]
     assert rb["status"] == "dead" and rb["done_at"] is not None and "lease expired" in rb["last_error"]
     [event] = rows(conn, "recent_events", limit=10)
-    assert (event["action"], event["supervisor"], event["count"], event["job_ids"]) == \
-        ("reaped", "reaper-1", 2, [a, b])
+    assert (event["action"], event["supervisor"], event["count"], event["job_ids"]) == ("reaped", "reaper-1", 2, [a, b])
     assert event["detail"] == {"from": ["sup-dead"], "dead": 1}
     assert totals(conn) == {"k": (0, 1, 0), "other-kind": (0, 1, 1)}
     # the returned job runs again, its lost attempt counted
@@ -500,8 +523,13 @@ def test_release_gives_the_attempt_back(conn):
     lifecycle.claim(conn, ["default"], 2, "sup-a", 30)
     assert lifecycle.release(conn, [(a, 1)], "sup-a") == [a]
     row = job_row(conn, a)
-    assert (row["status"], row["attempts"], row["locked_by"], row["locked_until"], row["started_at"]) == \
-        ("queued", 0, None, None, None)
+    assert (row["status"], row["attempts"], row["locked_by"], row["locked_until"], row["started_at"]) == (
+        "queued",
+        0,
+        None,
+        None,
+        None,
+    )
     assert row["errors"] == [] and row["last_error"] is None
     assert lifecycle.release(conn, [(b, 1)], "sup-a", ["interrupted by shutdown"]) == [b]
     row = job_row(conn, b)
@@ -558,8 +586,17 @@ def test_stale_writes_change_nothing(conn):
 
 
 def test_requeue_dead(conn):
-    ids = bury(conn, [("mail", "smtp down"), ("mail", "bad address"), ("mail", "smtp down"),
-                      ("sms", "smtp down"), ("sms", "no credit"), ("push", "gone")])
+    ids = bury(
+        conn,
+        [
+            ("mail", "smtp down"),
+            ("mail", "bad address"),
+            ("mail", "smtp down"),
+            ("sms", "smtp down"),
+            ("sms", "no credit"),
+            ("push", "gone"),
+        ],
+    )
     assert totals(conn) == {"mail": (0, 3, 3), "sms": (0, 2, 2), "push": (0, 1, 1)}
 
     assert control.requeue_dead(conn, ids=[ids[1], 999_999]) == [ids[1]]
@@ -641,8 +678,12 @@ def test_app_enqueue_uses_handler_defaults(conn):
     b = app.enqueue(conn, "email", {"to": "b"}, queue="urgent", max_attempts=1)
     c, d = app.enqueue_many(conn, [{"kind": "email"}, {"kind": "other"}])
     got = {i: job_row(conn, i) for i in (a, b, c, d)}
-    assert [(got[i]["queue"], got[i]["priority"], got[i]["max_attempts"]) for i in (a, b, c, d)] == \
-        [("mail", 2, 5), ("urgent", 2, 1), ("mail", 2, 5), ("default", 0, 3)]
+    assert [(got[i]["queue"], got[i]["priority"], got[i]["max_attempts"]) for i in (a, b, c, d)] == [
+        ("mail", 2, 5),
+        ("urgent", 2, 1),
+        ("mail", 2, 5),
+        ("default", 0, 3),
+    ]
     with pytest.raises(BadInput):
         app.enqueue(conn, "email", nonsense=1)
     with pytest.raises(BadInput):

@@ -14,10 +14,10 @@ import time
 import psycopg
 import pytest
 
-from jobsup.db import lifecycle
 from jobsup import client
-from jobsup.ops import control
+from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure
+from jobsup.ops import control
 from jobsup.ops.prune import BatchSize, Retention, aprunable, aprune
 
 from .helpers import jobsup, wait_for
@@ -42,7 +42,9 @@ def add(conn: psycopg.Connection, status: str, age: float | None, count: int = 1
     rows = conn.execute(
         "INSERT INTO jobsup.jobs (kind, status, done_at, attempts) "
         "SELECT %s, %s, now() - make_interval(secs => %s::float8), 1 FROM generate_series(1, %s) "
-        "RETURNING id", (kind, status, age, count)).fetchall()
+        "RETURNING id",
+        (kind, status, age, count),
+    ).fetchall()
     return [r[0] for r in rows]
 
 
@@ -51,8 +53,12 @@ def ids(conn: psycopg.Connection) -> set[int]:
 
 
 def totals(conn: psycopg.Connection) -> dict[str, tuple[int, int, int]]:
-    return {kind: (done, failed, dead) for kind, done, failed, dead in
-            conn.execute("SELECT kind, sum(done), sum(failed), sum(dead) FROM jobsup.kind_totals GROUP BY kind")}
+    return {
+        kind: (done, failed, dead)
+        for kind, done, failed, dead in conn.execute(
+            "SELECT kind, sum(done), sum(failed), sum(dead) FROM jobsup.kind_totals GROUP BY kind"
+        )
+    }
 
 
 def test_prune_removes_exactly_the_jobs_past_their_window(dsn, conn):
@@ -62,8 +68,10 @@ def test_prune_removes_exactly_the_jobs_past_their_window(dsn, conn):
     old_dead = add(conn, "dead", 5 * HOUR, 25)
     live = add(conn, "queued", None, 3) + add(conn, "running", None, 2)
     conn.execute("UPDATE jobsup.jobs SET created_at = now() - interval '30 days' WHERE id = ANY(%s)", (live,))
-    conn.execute("INSERT INTO jobsup.events (at, action, count) VALUES (now() - interval '8 days', 'reaped', 1),"
-                 " (now() - interval '6 days', 'reaped', 2)")
+    conn.execute(
+        "INSERT INTO jobsup.events (at, action, count) VALUES (now() - interval '8 days', 'reaped', 1),"
+        " (now() - interval '6 days', 'reaped', 2)"
+    )
 
     # Batches of 7: every kind of row takes several, and the round goes on until none is left.
     removed = prune(dsn, Retention(keep_done=HOUR, keep_dead=4 * HOUR), batch=BatchSize(size=7, largest=7))
@@ -88,8 +96,9 @@ def test_zero_keeps_forever(dsn, conn):
 
 def finished_through_the_queue(conn: psycopg.Connection) -> None:
     """Jobs done, failed and dead through the supervisor's own statements, so the totals are real."""
-    client.enqueue_many(conn, [{"kind": "a"}] * 6 + [{"kind": "b", "max_attempts": 1}] * 3
-                       + [{"kind": "b", "max_attempts": 2}] * 2)
+    client.enqueue_many(
+        conn, [{"kind": "a"}] * 6 + [{"kind": "b", "max_attempts": 1}] * 3 + [{"kind": "b", "max_attempts": 2}] * 2
+    )
     jobs = lifecycle.claim(conn, ["default"], 100, "sup", 30)
     lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs if j.kind == "a"], "sup")
     lifecycle.fail(conn, [Failure(j.id, j.attempts, "boom") for j in jobs if j.kind == "b"], "sup", backoff_base=0)
@@ -119,7 +128,8 @@ def test_a_requeued_dead_job_keeps_its_id_and_history_and_is_not_pruned(dsn, con
 
     assert prune(dsn, Retention(keep_done=1, keep_dead=1)) == {"done": 0, "dead": 0, "events": 0}
     status, errors, last_error = conn.execute(
-        "SELECT status, errors, last_error FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()
+        "SELECT status, errors, last_error FROM jobsup.jobs WHERE id = %s", (job_id,)
+    ).fetchone()
     assert (status, last_error) == ("queued", "boom")
     assert [(e["attempt"], e["error"]) for e in errors] == [(1, "boom")]
     assert totals(conn)["b"] == (0, 1, 0)
@@ -139,8 +149,10 @@ def test_a_dead_job_locked_by_a_requeue_is_stepped_over_not_waited_for(dsn, conn
 def logged(sups) -> tuple[int, int]:
     """Done and dead jobs the supervisors' `pruned` lines say they deleted, summed."""
     logs = [sup.log() for sup in sups]
-    return (sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? done=(\d+)", log)),
-            sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? dead=(\d+)", log)))
+    return (
+        sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? done=(\d+)", log)),
+        sum(int(n) for log in logs for n in re.findall(r"\bpruned\b.*? dead=(\d+)", log)),
+    )
 
 
 def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn, start):
@@ -208,11 +220,16 @@ def test_prune_command_dry_run_changes_nothing_and_the_real_run_says_what_it_del
     assert status_counts(conn) == {"done": 2}
 
 
-@pytest.mark.parametrize("args", [
-    ("prune", "--keep-done", "-1"), ("prune", "--keep-dead", "5x"), ("prune", "--keep-done", "1 day"),
-    ("start", "--app", "examples.misbehave:app", "--keep-dead", "-2h"),
-    ("start", "--app", "examples.misbehave:app", "--prune-interval", "0"),
-])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("prune", "--keep-done", "-1"),
+        ("prune", "--keep-dead", "5x"),
+        ("prune", "--keep-done", "1 day"),
+        ("start", "--app", "examples.misbehave:app", "--keep-dead", "-2h"),
+        ("start", "--app", "examples.misbehave:app", "--prune-interval", "0"),
+    ],
+)
 def test_bad_retention_input_is_one_line_and_exit_2(dsn, conn, args):
     add(conn, "done", 30 * 24 * HOUR, 3)
     result = jobsup(*args, "--dsn", dsn)

@@ -1,5 +1,5 @@
-from jobsup.db import lifecycle
 from jobsup import client
+from jobsup.db import lifecycle
 
 
 def test_enqueue_claim_complete(conn):

@@ -67,11 +67,11 @@ def test_each_misbehaving_handler_costs_one_attempt_and_never_the_pool(conn, sta
     make_calls_table(conn)
     ids = dict(zip(MISBEHAVIOUR, enqueue_kinds(conn, list(MISBEHAVIOUR), max_attempts=2)))
     sup = start("--max-memory", "100", "--heartbeat-interval", "100ms", procs=3)
-    wait_for(lambda: status_counts(conn).get("dead") == len(ids), timeout=60,
-             message="every misbehaving job dead")
+    wait_for(lambda: status_counts(conn).get("dead") == len(ids), timeout=60, message="every misbehaving job dead")
     for kind, job_id in ids.items():
         attempts, last_error, errors = conn.execute(
-            "SELECT attempts, last_error, errors FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()
+            "SELECT attempts, last_error, errors FROM jobsup.jobs WHERE id = %s", (job_id,)
+        ).fetchone()
         assert attempts == 2, kind
         assert MISBEHAVIOUR[kind] in last_error, (kind, last_error)
         assert [e["attempt"] for e in errors] == [1, 2], kind
@@ -117,7 +117,8 @@ def test_a_delayed_retry_starts_on_time_not_at_the_next_poll(conn, start):
     start("--backoff-base", "300ms", "--poll-interval", "30s")
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the retry")
     [(errors, retry_started)] = conn.execute(
-        "SELECT errors, started_at FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchall()
+        "SELECT errors, started_at FROM jobsup.jobs WHERE id = %s", (job_id,)
+    ).fetchall()
     assert len(errors) == 1
     failed_at = datetime.fromisoformat(errors[0]["at"])
     # The backoff is 300 ms (jitter 0); the poll would be 30 s late. 10 s leaves room for a loaded machine.
@@ -198,14 +199,13 @@ def test_shutdown_timeout_interrupts_and_returns_running_jobs_to_the_queue(conn,
     assert not sup.workers()
 
 
-
-
 def test_sighup_from_a_closed_terminal_is_a_graceful_stop(conn, start):
     make_calls_table(conn)
     ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 2}) for _ in range(6)])
     sup = start("--prefetch", "2", procs=2)
-    wait_for(lambda: busy_workers(conn) == 2 and status_counts(conn).get("running") == 4,
-             message="2 running, 2 prefetched")
+    wait_for(
+        lambda: busy_workers(conn) == 2 and status_counts(conn).get("running") == 4, message="2 running, 2 prefetched"
+    )
     workers = sup.workers()
     sup.signal(signal.SIGHUP, group=True)  # a closed terminal hangs up its whole process group
     assert sup.process.wait(30) == 0, sup.log()
@@ -228,8 +228,10 @@ def test_a_hangup_during_a_shutdown_neither_cuts_it_short_nor_leaves_the_row(con
     sup = start(procs=2)
     wait_for(lambda: busy_workers(conn) == 2, message="both running")
     sup.signal(signal.SIGTERM)
-    wait_for(lambda: conn.execute("SELECT state FROM jobsup.supervisors").fetchone() == ("stopping",),
-             message="the row saying stopping")
+    wait_for(
+        lambda: conn.execute("SELECT state FROM jobsup.supervisors").fetchone() == ("stopping",),
+        message="the row saying stopping",
+    )
     sup.signal(signal.SIGHUP, group=True)
     assert sup.process.wait(30) == 0, sup.log()
     assert conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone()[0] == 0
@@ -255,9 +257,11 @@ def test_rows_of_supervisors_that_are_gone_are_removed_sooner_than_stale_ones_el
         ("elsewhere-stale", "other-host", 1, FORGET_STALE_AFTER + 1),  # silent past the window: removed
     ]
     for sup_id, host, pid, age in rows:
-        conn.execute("INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
-                     "VALUES (%s, %s, %s, '0', '{default}', 1, now() - make_interval(secs => %s))",
-                     (sup_id, host, pid, age))
+        conn.execute(
+            "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
+            "VALUES (%s, %s, %s, '0', '{default}', 1, now() - make_interval(secs => %s))",
+            (sup_id, host, pid, age),
+        )
     sup = start()
     sup.wait_log("supervisors.forgotten")
     left = {r[0] for r in conn.execute("SELECT id FROM jobsup.supervisors WHERE pid <> %s", [sup.pid])}
@@ -280,12 +284,15 @@ def test_a_second_ctrl_c_stops_at_once(conn, start):
     wait_for(lambda: not sup.workers(), timeout=5, message="no worker left")
 
 
-@pytest.mark.parametrize("target, words", [
-    ("examples.broken_app:app", "examples.broken_app is broken on purpose"),
-    ("examples.misbehave:nope", "has no attribute 'nope'"),
-    ("no_such_module_anywhere:app", "cannot import 'no_such_module_anywhere'"),
-    ("examples.misbehave", "must look like module:attribute"),
-])
+@pytest.mark.parametrize(
+    "target, words",
+    [
+        ("examples.broken_app:app", "examples.broken_app is broken on purpose"),
+        ("examples.misbehave:nope", "has no attribute 'nope'"),
+        ("no_such_module_anywhere:app", "cannot import 'no_such_module_anywhere'"),
+        ("examples.misbehave", "must look like module:attribute"),
+    ],
+)
 def test_an_app_that_does_not_load_is_one_clear_error(dsn, target, words):
     result = jobsup("start", "--dsn", dsn, "--app", target, "--procs", "2", timeout=60)
     # a malformed --app is bad input, refused before anything starts; one that does not import is exit 3
@@ -318,8 +325,9 @@ def test_a_delay_enqueued_before_the_supervisor_started_is_kept(conn, start):
     sup = start("--poll-interval", "30s")
     sup.wait_ready()
     wait_for(lambda: status_counts(conn).get("done") == 1, timeout=15, message="the delayed job done")
-    [late] = conn.execute("SELECT extract(epoch FROM started_at - run_at) FROM jobsup.jobs WHERE id = %s",
-                          [job_id]).fetchone()
+    [late] = conn.execute(
+        "SELECT extract(epoch FROM started_at - run_at) FROM jobsup.jobs WHERE id = %s", [job_id]
+    ).fetchone()
     assert 0 <= late < 10, late  # the poll would be up to 30 s late
 
 
@@ -373,8 +381,11 @@ def test_a_count_of_repeats_reads_as_a_sentence_in_text():
     assert len(lines) == 3, lines
     assert lines[0].endswith("WARNING job.failed         job=1 kind=k attempt=1 error=boom"), lines[0]
     assert "job=9" in lines[1] and "error=other" in lines[1]
-    assert lines[2].split(" ", 1)[1].startswith("WARNING job.failed         kind=k error=boom "
-                                                "(and 1,234 more like it in the last "), lines[2]
+    assert (
+        lines[2]
+        .split(" ", 1)[1]
+        .startswith("WARNING job.failed         kind=k error=boom (and 1,234 more like it in the last ")
+    ), lines[2]
 
 
 def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pipes():
@@ -391,8 +402,9 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     outbox, their_outbox = ctx.Pipe(duplex=False)
     env = os.environ.pop("JOBSUP_RECORD_DSN", None)  # the sleep handler records nothing here
     try:
-        process = ctx.Process(target=worker_main, args=(their_inbox, their_outbox, "examples.misbehave:app",
-                                                        os.getpid(), os.getcwd()))
+        process = ctx.Process(
+            target=worker_main, args=(their_inbox, their_outbox, "examples.misbehave:app", os.getpid(), os.getcwd())
+        )
         process.start()
     finally:
         if env is not None:
@@ -402,8 +414,11 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     reader = Reader(outbox.fileno())
     try:
         assert reader.read_one()[0] == "ready"
-        jobs = [(1, "sleep", '{"seconds": 0.3}', "default", 1, 3, 0, 0, None), (2, "ok", None, "default", 1, 3, 0, 0, None),
-                (3, "raise", None, "default", 1, 3, 0, 0, None)]  # fields as job_fields() gives them
+        jobs = [
+            (1, "sleep", '{"seconds": 0.3}', "default", 1, 3, 0, 0, None),
+            (2, "ok", None, "default", 1, 3, 0, 0, None),
+            (3, "raise", None, "default", 1, 3, 0, 0, None),
+        ]  # fields as job_fields() gives them
         send(inbox.fileno(), ("jobs", jobs))
         answers = [reader.read_one() for _ in jobs]
         send(inbox.fileno(), ("stop",))

@@ -13,13 +13,19 @@ from .helpers import wait_for
 from .supervisor_helpers import make_calls_table
 
 APP = "tests.control_app:app"
-JOBS = [{"kind": "twice", "max_attempts": 3}, {"kind": "broken", "max_attempts": 2},
-        {"kind": "snoozer", "payload": {"times": 1, "seconds": 0.05}}, {"kind": "discarded"}]
+JOBS = [
+    {"kind": "twice", "max_attempts": 3},
+    {"kind": "broken", "max_attempts": 2},
+    {"kind": "snoozer", "payload": {"times": 1, "seconds": 0.05}},
+    {"kind": "discarded"},
+]
 
 
 def final(conn) -> list[tuple]:
-    return conn.execute("SELECT kind, status, attempts, snoozes, jsonb_array_length(errors), last_error, "
-                        "return_value FROM jobsup.jobs ORDER BY id").fetchall()
+    return conn.execute(
+        "SELECT kind, status, attempts, snoozes, jsonb_array_length(errors), last_error, "
+        "return_value FROM jobsup.jobs ORDER BY id"
+    ).fetchall()
 
 
 def test_drain_gives_what_the_supervisor_gives(conn, start):
@@ -28,20 +34,32 @@ def test_drain_gives_what_the_supervisor_gives(conn, start):
     runs = drain(app, conn, with_scheduled=True)
     twice, broken, snoozer, discarded = ids
     assert [(r.id, r.attempt, r.outcome) for r in runs if r.id == twice] == [
-        (twice, 1, "failed"), (twice, 2, "failed"), (twice, 3, "done")]
+        (twice, 1, "failed"),
+        (twice, 2, "failed"),
+        (twice, 3, "done"),
+    ]
     assert [(r.attempt, r.outcome) for r in runs if r.id == broken] == [(1, "failed"), (2, "dead")]
     assert [(r.attempt, r.outcome) for r in runs if r.id == snoozer] == [(1, "snoozed"), (1, "done")]
     assert runs.outcomes() == {twice: "done", broken: "dead", snoozer: "done", discarded: "cancelled"}
     assert runs.counts() == {"failed": 3, "done": 2, "dead": 1, "snoozed": 1, "cancelled": 1}
-    assert [r for r in runs if r.id == twice][-1].return_value == ["RuntimeError: twice: attempt 1 fails",
-                                                                   "RuntimeError: twice: attempt 2 fails"]
+    assert [r for r in runs if r.id == twice][-1].return_value == [
+        "RuntimeError: twice: attempt 1 fails",
+        "RuntimeError: twice: attempt 2 fails",
+    ]
     drained = final(conn)
 
     conn.execute("TRUNCATE jobsup.jobs, jobsup.kind_totals")
     client.enqueue_many(conn, JOBS)
     start(app=APP, procs=2)  # --backoff-base 20ms
-    wait_for(lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status IN ('done', 'dead', 'cancelled')")
-             .fetchone()[0] == len(JOBS), 60, 0.05, "the supervisor to finish every job")
+    wait_for(
+        lambda: (
+            conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status IN ('done', 'dead', 'cancelled')").fetchone()[0]
+            == len(JOBS)
+        ),
+        60,
+        0.05,
+        "the supervisor to finish every job",
+    )
     assert final(conn) == drained
     assert [row[1:4] for row in drained] == [("done", 3, 0), ("dead", 2, 0), ("done", 1, 1), ("cancelled", 1, 0)]
 
@@ -54,12 +72,19 @@ def test_drain_without_scheduled_stops_at_what_waits(conn):
 
 
 def test_drain_in_real_worker_processes_survives_a_crash_and_enforces_a_timeout(conn):
-    crash, slow, done = client.enqueue_many(conn, [{"kind": "crash", "max_attempts": 1},
-                                                  {"kind": "sleep", "payload": {"seconds": 60}, "max_attempts": 1},
-                                                  {"kind": "twice", "max_attempts": 3}])
+    crash, slow, done = client.enqueue_many(
+        conn,
+        [
+            {"kind": "crash", "max_attempts": 1},
+            {"kind": "sleep", "payload": {"seconds": 60}, "max_attempts": 1},
+            {"kind": "twice", "max_attempts": 3},
+        ],
+    )
     runs = drain(app, conn, processes=True, timeout=0.5, with_scheduled=True)
     assert [(r.id, r.outcome, r.error) for r in runs if r.id in (crash, slow)] == [
-        (crash, "dead", "worker exited with code 3"), (slow, "dead", "timed out after 0.5s")]
+        (crash, "dead", "worker exited with code 3"),
+        (slow, "dead", "timed out after 0.5s"),
+    ]
     assert runs.outcomes()[done] == "done"
 
 
@@ -69,8 +94,14 @@ def test_drain_of_an_app_by_name_and_of_a_kind_it_lacks(conn):
 
 
 def test_enqueued_and_assert_enqueued(conn):
-    client.enqueue_many(conn, [{"kind": "email", "payload": {"to": "a@example.com", "lang": "de"}},
-                              {"kind": "email", "payload": {"to": "b@example.com"}}, {"kind": "sms"}])
+    client.enqueue_many(
+        conn,
+        [
+            {"kind": "email", "payload": {"to": "a@example.com", "lang": "de"}},
+            {"kind": "email", "payload": {"to": "b@example.com"}},
+            {"kind": "sms"},
+        ],
+    )
     assert [j["payload"]["to"] for j in enqueued(conn, "email")] == ["a@example.com", "b@example.com"]
     assert [j["kind"] for j in enqueued(conn)] == ["email", "email", "sms"]
     [found] = assert_enqueued(conn, "email", to="a@example.com")

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Coroutine
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -30,16 +30,17 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from jobsup.ops import latency
-from jobsup.db import lifecycle
 from jobsup import client
-from jobsup.ops.doctor import Thresholds
+from jobsup.db import lifecycle
 from jobsup.errors import JobsupError
-from jobsup.monitor import figures as fig, panels
+from jobsup.monitor import figures as fig
+from jobsup.monitor import panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import APPLICATION_NAME, ReadOnly, Source
 from jobsup.monitor.tabs import Pane
+from jobsup.ops import latency
+from jobsup.ops.doctor import Thresholds
 
 from .helpers import ROOT, jobsup, wait_for_async
 
@@ -51,8 +52,7 @@ def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
     asyncio.run(scenario())
 
 
-async def until(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0,
-                message: str = "condition") -> Any:
+async def until(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0, message: str = "condition") -> Any:
     return await wait_for_async(condition, pilot.pause, timeout, message=message)
 
 
@@ -61,8 +61,15 @@ async def screen_text(pilot: Pilot) -> str:
     await pilot.pause()
     app = pilot.app
     width, height = app.size
-    console = Console(width=width, height=height, file=io.StringIO(), force_terminal=True, record=True,
-                      legacy_windows=False, safe_box=False)
+    console = Console(
+        width=width,
+        height=height,
+        file=io.StringIO(),
+        force_terminal=True,
+        record=True,
+        legacy_windows=False,
+        safe_box=False,
+    )
     console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
     return console.export_text()
 
@@ -80,8 +87,11 @@ async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
     await until(pilot, lambda: pilot.app.focused is pane.first_table(), message=f"the {pane.TAB.id} tab")
     table.focus()
     table.move_cursor(row=table.get_row_index(key))
-    await until(pilot, lambda: pilot.app.focused is table and panels.selected_key(table) == key,
-                message=f"the cursor on {key!r} of #{table_id}")
+    await until(
+        pilot,
+        lambda: pilot.app.focused is table and panels.selected_key(table) == key,
+        message=f"the cursor on {key!r} of #{table_id}",
+    )
     return table
 
 
@@ -89,8 +99,11 @@ def make_dead(conn: psycopg.Connection, kind: str, n: int, error: str, queue_nam
     ids = [client.enqueue(conn, kind, {"n": i}, queue=queue_name, max_attempts=1) for i in range(n)]
     jobs = lifecycle.claim(conn, [queue_name], n, "sup-test", 30)
     assert sorted(j.id for j in jobs) == sorted(ids)
-    lifecycle.fail(conn, [lifecycle.Failure(j.id, j.attempts, error, f"Traceback (most recent call last):\n  {error}")
-                      for j in jobs], "sup-test")
+    lifecycle.fail(
+        conn,
+        [lifecycle.Failure(j.id, j.attempts, error, f"Traceback (most recent call last):\n  {error}") for j in jobs],
+        "sup-test",
+    )
     return ids
 
 
@@ -98,19 +111,22 @@ def status(conn: psycopg.Connection, job_id: int) -> str:
     return conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()[0]
 
 
-def fake_supervisor(conn: psycopg.Connection, sup_id: str, pid: int, workers: list[dict[str, Any]],
-                    heartbeat_ago: float = 0.0) -> None:
+def fake_supervisor(
+    conn: psycopg.Connection, sup_id: str, pid: int, workers: list[dict[str, Any]], heartbeat_ago: float = 0.0
+) -> None:
     conn.execute(
         "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, started_at, heartbeat_at, "
         "workers, jobs_done) VALUES (%s, 'box', %s, '0.1.0', '{default}', %s, now() - interval '90 s', "
         "now() - make_interval(secs => %s), %s, 42)",
-        (sup_id, pid, len(workers), heartbeat_ago, json.dumps(workers)))
+        (sup_id, pid, len(workers), heartbeat_ago, json.dumps(workers)),
+    )
 
 
 def app_for(dsn: str, **kwargs: Any) -> TopApp:
     read_only = kwargs.pop("read_only", False)
-    return TopApp(Source(dsn, read_only=read_only), refresh=kwargs.pop("refresh", 0.2), read_only=read_only,
-                  tz=timezone.utc, **kwargs)
+    return TopApp(
+        Source(dsn, read_only=read_only), refresh=kwargs.pop("refresh", 0.2), read_only=read_only, tz=UTC, **kwargs
+    )
 
 
 # --- figures, live ---------------------------------------------------------------------------------
@@ -124,10 +140,9 @@ def test_a_snapshot_holding_back_vacuum_shows_as_the_health_line(conn, dsn):
         pid = holder.info.backend_pid
 
         async def scenario() -> None:
-            app = TopApp(Source(dsn, thresholds=Thresholds(max_xmin_age=0.05)), refresh=0.2, tz=timezone.utc)
+            app = TopApp(Source(dsn, thresholds=Thresholds(max_xmin_age=0.05)), refresh=0.2, tz=UTC)
             async with app.run_test(size=(80, 24)) as pilot:
-                await until(pilot, lambda: app.figures is not None and app.figures.health,
-                            message="a health warning")
+                await until(pilot, lambda: app.figures is not None and app.figures.health, message="a health warning")
                 assert "vacuum held back" in app.figures.health and f"pid {pid}" in app.figures.health
                 assert f"pid {pid}" in await screen_text(pilot)
                 holder.rollback()
@@ -150,26 +165,52 @@ def test_figures_match_the_database(conn, dsn):
     assert job.id == done
     lifecycle.complete(conn, [(done, 1)], "sup-a")
     dead = make_dead(conn, "email", 2, "SMTP timeout", queue_name="mail")
-    fake_supervisor(conn, "sup-a", 4242, [
-        {"pid": 501, "state": "busy", "job_id": running[0], "kind": "report",
-         "job_started_at": datetime.now(timezone.utc).isoformat(), "rss": 50 << 20, "cpu": 12.0,
-         "jobs_done": 9, "restarts": 1, "last_exit": "killed by SIGKILL"},
-        {"pid": 502, "state": "idle", "rss": 40 << 20, "cpu": 0.0, "jobs_done": 8, "restarts": 0}])
+    fake_supervisor(
+        conn,
+        "sup-a",
+        4242,
+        [
+            {
+                "pid": 501,
+                "state": "busy",
+                "job_id": running[0],
+                "kind": "report",
+                "job_started_at": datetime.now(UTC).isoformat(),
+                "rss": 50 << 20,
+                "cpu": 12.0,
+                "jobs_done": 9,
+                "restarts": 1,
+                "last_exit": "killed by SIGKILL",
+            },
+            {"pid": 502, "state": "idle", "rss": 40 << 20, "cpu": 0.0, "jobs_done": 8, "restarts": 0},
+        ],
+    )
     fake_supervisor(conn, "sup-gone", 999, [{"pid": 7, "state": "idle"}], heartbeat_ago=60)
-    conn.execute("INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail) VALUES "
-                 "('reaped', 'sup-a', 2, '{11,12}', '{\"from\": [\"sup-gone\"], \"dead\": 1}')")
+    conn.execute(
+        "INSERT INTO jobsup.events (action, supervisor, count, job_ids, detail) VALUES "
+        "('reaped', 'sup-a', 2, '{11,12}', '{\"from\": [\"sup-gone\"], \"dead\": 1}')"
+    )
 
     async def scenario() -> None:
         # The live supervisor's heartbeat is written once: it must not turn stale on a slow machine.
         app = app_for(dsn, stale_after=30)
         async with app.run_test(size=(160, 48)) as pilot:
             await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
-            counts = {r[0]: r[1] for r in conn.execute(
-                "SELECT status || CASE WHEN status = 'queued' AND run_at > now() THEN '+' ELSE '' END, "
-                "count(*) FROM jobsup.jobs GROUP BY 1")}
+            counts = {
+                r[0]: r[1]
+                for r in conn.execute(
+                    "SELECT status || CASE WHEN status = 'queued' AND run_at > now() THEN '+' ELSE '' END, "
+                    "count(*) FROM jobsup.jobs GROUP BY 1"
+                )
+            }
             total = app.figures.total
             assert (total.ready, total.scheduled, total.running, total.done, total.dead) == (
-                counts["queued"], counts["queued+"], counts["running"], counts["done"], counts["dead"])
+                counts["queued"],
+                counts["queued+"],
+                counts["running"],
+                counts["done"],
+                counts["dead"],
+            )
             assert total.failed == 2
             kinds = rows(app, "kinds")
             assert kinds["email"] == ["email", "3", "0", "0", "0", "2", "2", "0"]
@@ -188,8 +229,11 @@ def test_figures_match_the_database(conn, dsn):
             # Stale since its last heartbeat, 60 s before the test began (and however long it has run).
             assert re.search(r"supervisors 1 \+1 stale since \dm\d\ds", text) and "workers 1/2 busy" in text
             await pilot.press("3")  # the Workers tab
-            await until(pilot, lambda: "✖ STALE box:999" in app.screen.query_one("#supervisors").render().plain,
-                        message="the Workers tab")
+            await until(
+                pilot,
+                lambda: "✖ STALE box:999" in app.screen.query_one("#supervisors").render().plain,
+                message="the Workers tab",
+            )
             text = await screen_text(pilot)
             assert "✖ STALE box:999" in text and "● box:4242" in text
 
@@ -246,8 +290,9 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             # No is the default: Enter right away changes nothing.
             await select(pilot, "groups", group)
             await pilot.press("R")
-            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
-                                  message="the confirmation")
+            confirm = await until(
+                pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None, message="the confirmation"
+            )
             assert confirm.question == "Requeue 3 dead email jobs whose last error is 'SMTP timeout'?"
             assert "Requeue 3 dead email jobs" in await screen_text(pilot)
             await pilot.press("enter")
@@ -269,8 +314,9 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             kinds = rows(app, "kinds")
             await select(pilot, "kinds", next(k for k in kinds if k.startswith("\x00")))
             await pilot.press("R")
-            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
-                                  message="the confirmation")
+            confirm = await until(
+                pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None, message="the confirmation"
+            )
             assert confirm.question == "Requeue 5 dead jobs (all of them, every kind)?"
             await pilot.press("n")
             await until(pilot, lambda: not isinstance(app.screen, Confirm), message="the dialog to close")
@@ -278,8 +324,9 @@ def test_bulk_requeue_asks_first_and_takes_exactly_the_stated_scope(conn, dsn):
             # R on the sms row of the kinds table: that kind only.
             await select(pilot, "kinds", "sms")
             await pilot.press("R")
-            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None,
-                                  message="the confirmation")
+            confirm = await until(
+                pilot, lambda: app.screen if isinstance(app.screen, Confirm) else None, message="the confirmation"
+            )
             assert confirm.question == "Requeue 2 dead sms jobs?"
             await pilot.press("tab", "enter")  # to Yes, and press it
             await until(pilot, lambda: all(status(conn, i) == "queued" for i in sms), message="the requeue")
@@ -324,9 +371,11 @@ def test_the_source_holds_one_conversation_at_a_time(conn, dsn):
     async def scenario() -> None:
         source = Source(dsn)
         try:
-            results = await asyncio.gather(*(source.refresh() for _ in range(5)),
-                                           *(source.requeue([i]) for i in ids),
-                                           *(source.refresh() for _ in range(5)))
+            results = await asyncio.gather(
+                *(source.refresh() for _ in range(5)),
+                *(source.requeue([i]) for i in ids),
+                *(source.refresh() for _ in range(5)),
+            )
         finally:
             await source.close()
         assert sorted(i for done in results[5:25] for i in done) == sorted(ids)
@@ -394,8 +443,11 @@ def test_dead_jobs_follow_the_newest_until_the_cursor_moves(conn, dsn):
             held = int(panels.selected_key(table))
             line = dead_line(await screen_text(pilot), held)
             newer = make_dead(conn, "email", 3, "SMTP timeout")
-            await until(pilot, lambda: str(max(newer)) in rows(app, "dead") and table.scroll_y == 3,
-                        message="the newer rows above the view")
+            await until(
+                pilot,
+                lambda: str(max(newer)) in rows(app, "dead") and table.scroll_y == 3,
+                message="the newer rows above the view",
+            )
             text = await screen_text(pilot)
             assert panels.selected_key(table) == str(held) and dead_line(text, held) == line
             assert "↑ 3 newer" in text and f"│ {max(newer)} " not in text
@@ -405,7 +457,9 @@ def test_dead_jobs_follow_the_newest_until_the_cursor_moves(conn, dsn):
 
             # Home: back to the newest, and following again.
             await pilot.press("home")
-            latest = make_dead(conn, "email", 1, "SMTP timeout", queue_name="later")  # the requeued one waits in default
+            latest = make_dead(
+                conn, "email", 1, "SMTP timeout", queue_name="later"
+            )  # the requeued one waits in default
             await until(pilot, lambda: panels.selected_key(table) == str(latest[0]), message="the newest again")
             assert table.cursor_row == 0 and "newer" not in await screen_text(pilot)
 
@@ -444,7 +498,7 @@ def test_the_job_screen_counts_its_relative_times_on(conn, dsn):
 
 def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
     async def scenario() -> None:
-        app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
         async with app.run_test(size=(80, 24), notifications=True) as pilot:
             await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
             # Tab walks every panel of every tab, showing each tab in turn, and comes back round.
@@ -452,11 +506,20 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             for _ in range(9):
                 seen.append((app.tab, app.focused.id))
                 await pilot.press("tab")
-                await until(pilot, lambda: app.focused is not None and app.focused.id != seen[-1][1],
-                            message="the next panel")
-            assert seen == [("jobs", "kinds"), ("jobs", "queues"), ("dead", "dead"), ("dead", "groups"),
-                            ("workers", "workers"), ("reaper", "reaper"), ("latency", "latency"),
-                            ("latency", "leases"), ("latency", "attempts")]
+                await until(
+                    pilot, lambda: app.focused is not None and app.focused.id != seen[-1][1], message="the next panel"
+                )
+            assert seen == [
+                ("jobs", "kinds"),
+                ("jobs", "queues"),
+                ("dead", "dead"),
+                ("dead", "groups"),
+                ("workers", "workers"),
+                ("reaper", "reaper"),
+                ("latency", "latency"),
+                ("latency", "leases"),
+                ("latency", "attempts"),
+            ]
             assert (app.tab, app.focused.id) == ("jobs", "kinds")
             await pilot.press("shift+tab")
             await until(pilot, lambda: app.focused.id == "attempts", message="the previous panel")
@@ -466,8 +529,11 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             await until(pilot, lambda: app.focused is not None and app.focused.id == "latency", message="latency")
             for window in ("5m", "60m", "1m"):
                 await pilot.press("w")
-                await until(pilot, lambda: f"last {window} (w)" in str(app.query_one("#latency-panel").border_title),
-                            message=f"the {window} window")
+                await until(
+                    pilot,
+                    lambda: f"last {window} (w)" in str(app.query_one("#latency-panel").border_title),
+                    message=f"the {window} window",
+                )
 
             # Each tab's key shows it (and only it, on a small terminal) with its first panel focused.
             for key, tab, first in (("2", "dead", "dead"), ("3", "workers", "workers"), ("1", "jobs", "kinds")):
@@ -488,14 +554,19 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             assert "Reaper tab: jobs returned from expired leases" in await screen_text(pilot)
             await pilot.press("escape")
             assert {c.title for c in app.get_system_commands(app.screen)} >= {
-                "Show the Jobs tab", "Show the Dead tab", "Show the Workers tab", "Show the Reaper tab",
-                "Show the Latency tab"}
+                "Show the Jobs tab",
+                "Show the Dead tab",
+                "Show the Workers tab",
+                "Show the Reaper tab",
+                "Show the Latency tab",
+            }
 
             # A notification shows while the filter is open: it does not cover the filter.
             await pilot.press("slash", *"mail")
             app.notify("requeued 412 dead email jobs", timeout=30)
-            toasts = await until(pilot, lambda: [t for t in app.screen.query("Toast") if t.region],
-                                 message="the notification")
+            toasts = await until(
+                pilot, lambda: [t for t in app.screen.query("Toast") if t.region], message="the notification"
+            )
             box = app.query_one("#filter")
             assert box.region and not any(box.region.overlaps(t.region) for t in toasts)
             assert app.match == "mail"
@@ -518,8 +589,11 @@ def test_survives_the_database_going_away_and_coming_back(conn, dsn, server_dsn)
                 # New connections are refused and the console's own is cut: the database is gone for it.
                 admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
                 try:
-                    admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                  "WHERE datname = %s AND application_name = %s", (name, APPLICATION_NAME))
+                    admin.execute(
+                        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                        "WHERE datname = %s AND application_name = %s",
+                        (name, APPLICATION_NAME),
+                    )
                     await until(pilot, lambda: app.down is not None, message="the console to notice")
                     text = await screen_text(pilot)
                     assert "database unavailable" in text and "stale" in text
@@ -530,8 +604,9 @@ def test_survives_the_database_going_away_and_coming_back(conn, dsn, server_dsn)
                     assert app.refreshes == refreshes and app.down is not None
                 finally:
                     admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
-            await until(pilot, lambda: app.down is None and app.figures.total.ready == 2,
-                        message="the console to reconnect")
+            await until(
+                pilot, lambda: app.down is None and app.figures.total.ready == 2, message="the console to reconnect"
+            )
             assert "database unavailable" not in await screen_text(pilot)
 
     run(scenario)
@@ -550,10 +625,12 @@ def test_a_bad_dsn_is_one_clear_message(tmp_path, empty_dsn):
 
 
 def test_the_data_source_needs_no_textual_and_the_console_no_supervisor():
-    check = ("import sys, jobsup.monitor.source, jobsup.monitor.figures; "
-             "assert 'textual' not in sys.modules, 'the data source imported textual'; "
-             "import jobsup.monitor.app, jobsup.monitor.cli; "
-             "assert not [m for m in sys.modules if m.startswith('jobsup.supervisor')], 'imported the supervisor'")
+    check = (
+        "import sys, jobsup.monitor.source, jobsup.monitor.figures; "
+        "assert 'textual' not in sys.modules, 'the data source imported textual'; "
+        "import jobsup.monitor.app, jobsup.monitor.cli; "
+        "assert not [m for m in sys.modules if m.startswith('jobsup.supervisor')], 'imported the supervisor'"
+    )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == 0, result.stderr
 
@@ -561,54 +638,136 @@ def test_the_data_source_needs_no_textual_and_the_console_no_supervisor():
 # --- the whole screen, fixed -------------------------------------------------------------------------
 
 
-NOW = datetime(2026, 3, 2, 9, 30, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 3, 2, 9, 30, 0, tzinfo=UTC)
 
 
 def fixed_figures(step: int) -> fig.Figures:
     """The figures of a busy queue at NOW + step seconds, growing by a fixed pattern."""
     now = NOW + timedelta(seconds=step)
-    grown = sum((0, 31, 55, 18, 42, 37, 26)[:step + 1])  # jobs done by then: a rate that varies
-    workers = tuple(fig.Worker(pid=3100 + i, state="busy" if i < 5 else "idle", job_id=9000 + i if i < 5 else None,
-                               kind=("email", "report", "email", "resize", "email")[i] if i < 5 else None,
-                               job_started_at=now - timedelta(seconds=2 + 7 * i) if i < 5 else None,
-                               rss=(60 + 3 * i) << 20, cpu=float(40 - 4 * i) if i < 5 else 0.0,
-                               jobs_done=900 + 37 * i, restarts=1 if i == 3 else 0,
-                               last_exit="exit code -9 (SIGKILL)" if i == 3 else None) for i in range(8))
+    grown = sum((0, 31, 55, 18, 42, 37, 26)[: step + 1])  # jobs done by then: a rate that varies
+    workers = tuple(
+        fig.Worker(
+            pid=3100 + i,
+            state="busy" if i < 5 else "idle",
+            job_id=9000 + i if i < 5 else None,
+            kind=("email", "report", "email", "resize", "email")[i] if i < 5 else None,
+            job_started_at=now - timedelta(seconds=2 + 7 * i) if i < 5 else None,
+            rss=(60 + 3 * i) << 20,
+            cpu=float(40 - 4 * i) if i < 5 else 0.0,
+            jobs_done=900 + 37 * i,
+            restarts=1 if i == 3 else 0,
+            last_exit="exit code -9 (SIGKILL)" if i == 3 else None,
+        )
+        for i in range(8)
+    )
     return fig.Figures(
         now=now,
-        kinds=(fig.KindRow("email", ready=120 - step, scheduled=14, running=3, done=48_210 + grown,
-                           failed=1_204 + step, dead=412, queues=("default",)),
-               fig.KindRow("report", ready=4, scheduled=0, running=1, done=2_113 + 2 * step, failed=17, dead=2,
-                           queues=("reports",)),
-               fig.KindRow("resize", ready=0, scheduled=2, running=1, done=15_002 + 5 * step, failed=230,
-                           dead=31, queues=("default",))),
-        queues=(fig.QueueRow("default", ready=120 - step, scheduled=16, running=4, oldest=4.2,
-                             kinds=("email", "resize")),
-                fig.QueueRow("reports", ready=4, running=1, oldest=95.0, kinds=("report",))),
-        dead_jobs=tuple(fig.DeadJob(8800 - i, ("email", "resize", "email")[i % 3], "default", 5, 5,
-                                    now - timedelta(seconds=30 * i + 5),
-                                    ("SMTPServerDisconnected: Connection unexpectedly closed",
-                                     "worker exited with code -9 (SIGKILL) while running the job",
-                                     "SMTPServerDisconnected: Connection unexpectedly closed")[i % 3])
-                        for i in range(12)),
-        dead_groups=(fig.DeadGroup("email", "SMTPServerDisconnected: Connection unexpectedly closed", 412,
-                                   now - timedelta(seconds=5)),
-                     fig.DeadGroup("resize", "worker exited with code -9 (SIGKILL) while running the job", 31,
-                                   now - timedelta(seconds=35)),
-                     fig.DeadGroup("report", "lease expired: sup-b stopped renewing it", 2,
-                                   now - timedelta(minutes=14))),
-        supervisors=(fig.Supervisor("web-1:3077:a1", "web-1", 3077, "0.1.0", ("default", "reports"), 8,
-                                    now - timedelta(minutes=42, seconds=7), 0.4, "running", 61_325, workers),
-                     fig.Supervisor("web-2:1200:b2", "web-2", 1200, "0.1.0", ("default",), 4,
-                                    now - timedelta(hours=3), 48.0, "running", 9_120, ())),
-        reaper_passes=(fig.ReaperPass(3, now - timedelta(minutes=1, seconds=12), "web-1:3077:a1", 4,
-                                      (8790, 8791, 8795, 8799), ("web-2:1200:b2",), 1),
-                       fig.ReaperPass(2, now - timedelta(minutes=14), "web-1:3077:a1", 2, (8601, 8602),
-                                      ("web-3:999:c3",), 0)),
+        kinds=(
+            fig.KindRow(
+                "email",
+                ready=120 - step,
+                scheduled=14,
+                running=3,
+                done=48_210 + grown,
+                failed=1_204 + step,
+                dead=412,
+                queues=("default",),
+            ),
+            fig.KindRow(
+                "report", ready=4, scheduled=0, running=1, done=2_113 + 2 * step, failed=17, dead=2, queues=("reports",)
+            ),
+            fig.KindRow(
+                "resize",
+                ready=0,
+                scheduled=2,
+                running=1,
+                done=15_002 + 5 * step,
+                failed=230,
+                dead=31,
+                queues=("default",),
+            ),
+        ),
+        queues=(
+            fig.QueueRow("default", ready=120 - step, scheduled=16, running=4, oldest=4.2, kinds=("email", "resize")),
+            fig.QueueRow("reports", ready=4, running=1, oldest=95.0, kinds=("report",)),
+        ),
+        dead_jobs=tuple(
+            fig.DeadJob(
+                8800 - i,
+                ("email", "resize", "email")[i % 3],
+                "default",
+                5,
+                5,
+                now - timedelta(seconds=30 * i + 5),
+                (
+                    "SMTPServerDisconnected: Connection unexpectedly closed",
+                    "worker exited with code -9 (SIGKILL) while running the job",
+                    "SMTPServerDisconnected: Connection unexpectedly closed",
+                )[i % 3],
+            )
+            for i in range(12)
+        ),
+        dead_groups=(
+            fig.DeadGroup(
+                "email", "SMTPServerDisconnected: Connection unexpectedly closed", 412, now - timedelta(seconds=5)
+            ),
+            fig.DeadGroup(
+                "resize", "worker exited with code -9 (SIGKILL) while running the job", 31, now - timedelta(seconds=35)
+            ),
+            fig.DeadGroup("report", "lease expired: sup-b stopped renewing it", 2, now - timedelta(minutes=14)),
+        ),
+        supervisors=(
+            fig.Supervisor(
+                "web-1:3077:a1",
+                "web-1",
+                3077,
+                "0.1.0",
+                ("default", "reports"),
+                8,
+                now - timedelta(minutes=42, seconds=7),
+                0.4,
+                "running",
+                61_325,
+                workers,
+            ),
+            fig.Supervisor(
+                "web-2:1200:b2",
+                "web-2",
+                1200,
+                "0.1.0",
+                ("default",),
+                4,
+                now - timedelta(hours=3),
+                48.0,
+                "running",
+                9_120,
+                (),
+            ),
+        ),
+        reaper_passes=(
+            fig.ReaperPass(
+                3,
+                now - timedelta(minutes=1, seconds=12),
+                "web-1:3077:a1",
+                4,
+                (8790, 8791, 8795, 8799),
+                ("web-2:1200:b2",),
+                1,
+            ),
+            fig.ReaperPass(2, now - timedelta(minutes=14), "web-1:3077:a1", 2, (8601, 8602), ("web-3:999:c3",), 0),
+        ),
         reaped_per_minute=(0,) * 15 + (2,) + (0,) * 12 + (4, 0),
         latency=tuple(latency.summarize(fixed_latency_rows(step))),
-        leases=tuple(fig.Lease(9000 + i, ("email", "report", "email", "resize", "email")[i], "web-1:3077:a1", 1 + i % 2,
-                               28.5 - 3 * i - step) for i in range(5)),
+        leases=tuple(
+            fig.Lease(
+                9000 + i,
+                ("email", "report", "email", "resize", "email")[i],
+                "web-1:3077:a1",
+                1 + i % 2,
+                28.5 - 3 * i - step,
+            )
+            for i in range(5)
+        ),
         attempts=(("dead", 5, 445), ("queued", 0, 120 - step), ("queued", 2, 16), ("running", 1, 5)),
     )
 
@@ -616,12 +775,16 @@ def fixed_figures(step: int) -> fig.Figures:
 def fixed_latency_rows(step: int) -> list[dict[str, Any]]:
     """Rows of latency_read: email waits longer in its last minute than before (rising); resize does not."""
     rows = []
-    for kind, lat, before, run, n in (("email", 2.4, 0.08, 0.31, 120 + step), ("report", 0.9, 0.8, 12.5, 4),
-                                      ("resize", 0.012, 0.011, 1.8, 40)):
+    for kind, lat, before, run, n in (
+        ("email", 2.4, 0.08, 0.31, 120 + step),
+        ("report", 0.9, 0.8, 12.5, 4),
+        ("resize", 0.012, 0.011, 1.8, 40),
+    ):
         for metric, seconds, earlier in (("queue_latency", lat, before), ("run_time", run, run)):
             for part, value, count in ((1, seconds, n), (5, earlier, n), (60, seconds, 3 * n), (60, earlier, 9 * n)):
-                rows.append({"kind": kind, "metric": metric, "bucket": latency.bucket(value), "part": part,
-                             "count": count})
+                rows.append(
+                    {"kind": kind, "metric": metric, "bucket": latency.bucket(value), "part": part, "count": count}
+                )
     return rows
 
 
@@ -644,12 +807,21 @@ class FixedSource:
 
 
 # 160×48 shows the Jobs tab pinned above the Dead tab; 80×24 one tab at a time, each of them.
-@pytest.mark.parametrize("size, tab", [((160, 48), None), ((80, 24), None), ((80, 24), "dead"),
-                                       ((80, 24), "workers"), ((80, 24), "reaper"), ((80, 24), "latency"),
-                                       ((160, 48), "latency")])
+@pytest.mark.parametrize(
+    "size, tab",
+    [
+        ((160, 48), None),
+        ((80, 24), None),
+        ((80, 24), "dead"),
+        ((80, 24), "workers"),
+        ((80, 24), "reaper"),
+        ((80, 24), "latency"),
+        ((160, 48), "latency"),
+    ],
+)
 def test_snapshot_of_the_whole_screen(size, tab):
     async def scenario() -> None:
-        app = TopApp(FixedSource(), refresh=3600, tz=timezone.utc)  # type: ignore[arg-type]
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
         async with app.run_test(size=size) as pilot:
             for n in range(1, 7):  # six refreshes, a second apart by the fixed clock
                 await until(pilot, lambda: app.refreshes >= n, message=f"refresh {n}")
@@ -657,8 +829,11 @@ def test_snapshot_of_the_whole_screen(size, tab):
                     app.refresh_now()
             if tab:
                 app.action_show_tab(tab)
-                await until(pilot, lambda: app.focused is app.query_one(f"#pane-{tab}", Pane).first_table(),
-                            message=f"the {tab} tab")
+                await until(
+                    pilot,
+                    lambda: app.focused is app.query_one(f"#pane-{tab}", Pane).first_table(),
+                    message=f"the {tab} tab",
+                )
             await pilot.pause()
             text = await screen_text(pilot)
         path = SNAPSHOTS / f"top_{size[0]}x{size[1]}{'_' + tab if tab else ''}.txt"

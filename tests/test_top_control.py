@@ -3,13 +3,12 @@ selected queue, each asked first and refused in --read-only; the kinds table cou
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
-from jobsup.db import lifecycle
 from jobsup import client
-from jobsup.monitor.schedules import ConfirmSchedule
-
+from jobsup.db import lifecycle
 from jobsup.monitor import panels
+from jobsup.monitor.schedules import ConfirmSchedule
 
 from .test_top import app_for, fake_supervisor, rows, run, screen_text, select, until
 
@@ -22,17 +21,34 @@ async def select_queue(pilot, name: str) -> None:
     table = app.query_one("#queues")
     table.focus()
     table.move_cursor(row=table.get_row_index(name))
-    await until(pilot, lambda: app.focused is table and panels.selected_key(table) == name,
-                message=f"the cursor on queue {name}")
+    await until(
+        pilot,
+        lambda: app.focused is table and panels.selected_key(table) == name,
+        message=f"the cursor on queue {name}",
+    )
 
 
 def test_c_cancels_the_selected_workers_job_after_asking(conn, dsn):
     [job_id] = client.enqueue_many(conn, [{"kind": "report"}])
     lifecycle.claim(conn, ["default"], 1, "sup-a", 60)  # running under sup-a, whose heartbeat we write
-    fake_supervisor(conn, "sup-a", 4242, [
-        {"pid": 501, "state": "busy", "job_id": job_id, "kind": "report",
-         "job_started_at": datetime.now(timezone.utc).isoformat(), "rss": 1, "cpu": 0.0, "jobs_done": 0,
-         "restarts": 0}])
+    fake_supervisor(
+        conn,
+        "sup-a",
+        4242,
+        [
+            {
+                "pid": 501,
+                "state": "busy",
+                "job_id": job_id,
+                "kind": "report",
+                "job_started_at": datetime.now(UTC).isoformat(),
+                "rss": 1,
+                "cpu": 0.0,
+                "jobs_done": 0,
+                "restarts": 0,
+            }
+        ],
+    )
 
     async def scenario() -> None:
         app = app_for(dsn, stale_after=60)
@@ -43,8 +59,9 @@ def test_c_cancels_the_selected_workers_job_after_asking(conn, dsn):
             footer = (await screen_text(pilot)).splitlines()[-1]
             assert "c Cancel job…" in footer and "q Quit" in footer
             await pilot.press("c")
-            confirm = await until(pilot, lambda: app.screen if isinstance(app.screen, ConfirmSchedule) else None,
-                                  message="the question")
+            confirm = await until(
+                pilot, lambda: app.screen if isinstance(app.screen, ConfirmSchedule) else None, message="the question"
+            )
             assert confirm.question == f"Cancel job {job_id}?"
             await pilot.press("enter")  # No is focused: nothing happens
             await until(pilot, lambda: not isinstance(app.screen, ConfirmSchedule), message="the dialog to close")
@@ -52,10 +69,16 @@ def test_c_cancels_the_selected_workers_job_after_asking(conn, dsn):
             await pilot.press("c")
             await until(pilot, lambda: isinstance(app.screen, ConfirmSchedule), message="the question")
             await pilot.press("y")
-            await until(pilot, lambda: conn.execute("SELECT cancelled_by FROM jobsup.jobs WHERE id = %s",
-                                                    (job_id,)).fetchone()[0], message="the cancel request")
-            await until(pilot, lambda: any("cancel requested" in n.message for n in app._notifications),
-                        message="the notification")
+            await until(
+                pilot,
+                lambda: conn.execute("SELECT cancelled_by FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()[0],
+                message="the cancel request",
+            )
+            await until(
+                pilot,
+                lambda: any("cancel requested" in n.message for n in app._notifications),
+                message="the notification",
+            )
 
     run(scenario)
 
@@ -74,14 +97,22 @@ def test_p_and_u_pause_and_resume_the_selected_queue(conn, dsn):
             await until(pilot, lambda: isinstance(app.screen, ConfirmSchedule), message="the question")
             assert app.screen.question == "Pause queue mail?"
             await pilot.press("y")
-            await until(pilot, lambda: conn.execute("SELECT count(*) FROM jobsup.queue_pauses WHERE queue = 'mail'")
-                        .fetchone()[0] == 1, message="the pause")
+            await until(
+                pilot,
+                lambda: (
+                    conn.execute("SELECT count(*) FROM jobsup.queue_pauses WHERE queue = 'mail'").fetchone()[0] == 1
+                ),
+                message="the pause",
+            )
             await until(pilot, lambda: rows(app, "queues")["mail"][0] == "mail paused", message="the mark")
             await pilot.press("U")
             await until(pilot, lambda: isinstance(app.screen, ConfirmSchedule), message="the question")
             await pilot.press("y")
-            await until(pilot, lambda: conn.execute("SELECT count(*) FROM jobsup.queue_pauses").fetchone()[0] == 0,
-                        message="the resume")
+            await until(
+                pilot,
+                lambda: conn.execute("SELECT count(*) FROM jobsup.queue_pauses").fetchone()[0] == 0,
+                message="the resume",
+            )
 
     run(scenario)
 
@@ -119,4 +150,3 @@ def test_the_kinds_table_counts_cancelled_jobs(conn, dsn):
             assert rows(app, "kinds")["email"][1] == "1"  # the one still ready
 
     run(scenario)
-

@@ -19,14 +19,17 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from examples.demo import leave_database, stop_supervisor  # noqa: E402
-from jobsup import JobsupError, embedded  # noqa: E402
+from examples.demo import leave_database, stop_supervisor
+from jobsup import JobsupError, embedded
 from jobsup.db import dsn as dsns
 
 
 def main() -> int:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
-           "PYTHONWARNINGS": "ignore::UserWarning:platformdirs.api"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+        "PYTHONWARNINGS": "ignore::UserWarning:platformdirs.api",
+    }
     named = os.environ.get("JOBSUP_DSN") or os.environ.get("DATABASE_URL")
     data_dir = embedded.data_dir_from(None)
     started_db = not named and embedded.running_dsn(data_dir) is None
@@ -42,9 +45,26 @@ def main() -> int:
             return 1
         with open(log_path, "w") as log:
             supervisor = subprocess.Popen(
-                [sys.executable, "-m", "jobsup", "start", "--django", "mysite.settings", "--procs", "2",
-                 "--queues", "default,emails", "--backoff-base", "200ms"],
-                env=env, cwd=HERE, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                [
+                    sys.executable,
+                    "-m",
+                    "jobsup",
+                    "start",
+                    "--django",
+                    "mysite.settings",
+                    "--procs",
+                    "2",
+                    "--queues",
+                    "default,emails",
+                    "--backoff-base",
+                    "200ms",
+                ],
+                env=env,
+                cwd=HERE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         print(f"supervisor pid {supervisor.pid}, log {log_path}")
         return subprocess.run([sys.executable, "manage.py", "enqueue_demo"], env=env, cwd=HERE).returncode
     except KeyboardInterrupt:
@@ -53,6 +73,7 @@ def main() -> int:
         if supervisor is not None:
             stop_supervisor(supervisor, log_path)
         leave_database(started_db, named, data_dir)
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -17,15 +17,34 @@ from collections.abc import Sequence
 from jobsup.cli import options
 
 # In the order `jobsup --help` lists them.
-COMMANDS = ("migrate", "enqueue", "stats", "requeue-dead", "db", "prune", "start", "top", "doctor", "cron",
-            "bench", "cancel", "pause", "resume", "retry", "check", "metrics")
+COMMANDS = (
+    "migrate",
+    "enqueue",
+    "stats",
+    "requeue-dead",
+    "db",
+    "prune",
+    "start",
+    "top",
+    "doctor",
+    "cron",
+    "bench",
+    "cancel",
+    "pause",
+    "resume",
+    "retry",
+    "check",
+    "metrics",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
     from jobsup import __version__
 
     db = options.database_options()
-    parser = options.Parser(prog="jobsup", description="A PostgreSQL job queue with a process supervisor and a console.")
+    parser = options.Parser(
+        prog="jobsup", description="A PostgreSQL job queue with a process supervisor and a console."
+    )
     parser.add_argument("--version", action="version", version=f"jobsup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=options.Parser)
     sub.required = True

@@ -43,8 +43,15 @@ def print_actions(actions: list[JobAction], summary: str, as_json: bool, counted
 
 
 def add_ids(parser: argparse.ArgumentParser, required: bool) -> None:
-    parser.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N", required=required,
-                        help="these jobs: --id 2 76906, or --id 2 --id 76906")
+    parser.add_argument(
+        "--id",
+        type=positive_int,
+        action="extend",
+        nargs="+",
+        metavar="N",
+        required=required,
+        help="these jobs: --id 2 76906, or --id 2 --id 76906",
+    )
 
 
 def configure_pausing(parser: argparse.ArgumentParser) -> None:
@@ -61,8 +68,14 @@ def pause_or_resume(args: argparse.Namespace, pausing: bool) -> int:
     if args.json:
         print(json.dumps({"queue": args.queue, "paused": pausing, "changed": changed}))
     elif changed:
-        print(f"{verb} queue {args.queue}" + (": no supervisor claims from it; running jobs finish"
-                                               if pausing else ": supervisors claim from it again"))
+        print(
+            f"{verb} queue {args.queue}"
+            + (
+                ": no supervisor claims from it; running jobs finish"
+                if pausing
+                else ": supervisors claim from it again"
+            )
+        )
     else:
         print(f"queue {args.queue} was {'paused already' if pausing else 'not paused'}: nothing changed")
     return EXIT_OK

@@ -21,10 +21,10 @@ from contextlib import contextmanager
 import psycopg
 from psycopg import conninfo, sql
 
-from jobsup.ops import bench as benchmark
 from jobsup.db import dsn as dsns
-from jobsup.errors import EXIT_OK, BadInput
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.errors import EXIT_OK, BadInput
+from jobsup.ops import bench as benchmark
 
 # Default runs: one takes about 15 s on a 2-core machine, so the default stays under a minute.
 RUNS = 1
@@ -48,19 +48,33 @@ HELP = "measure jobsup on this database"
 def configure(parser: argparse.ArgumentParser) -> None:
     from jobsup.cli.options import positive_int as _positive_int
 
-    parser.description = ("Measure jobsup on this database: bulk enqueue, no-op and 1 ms throughput through "
-                          "`jobsup start --procs N`, and pickup latency. It works in a jobsup schema it "
-                          "creates and drops (refused where one exists), or with --database in a scratch "
-                          "database it creates and drops; nothing is left behind.")
-    parser.add_argument("--procs", type=_positive_int, default=PROCS,
-                        help=f"worker processes of the supervisor (default {PROCS})")
-    parser.add_argument("--runs", type=_positive_int, default=RUNS,
-                        help=f"runs; figures are their medians (default {RUNS}, about 15 s each)")
-    parser.add_argument("--database", metavar="NAME",
-                        help="bench in a scratch database of this name, created on the same server and "
-                             "dropped afterwards (it must not exist)")
-    parser.add_argument("--pooler", default=None, choices=dsns.POOLERS,
-                        help="what the DSN leads to, as for jobsup start (env JOBSUP_POOLER; default none)")
+    parser.description = (
+        "Measure jobsup on this database: bulk enqueue, no-op and 1 ms throughput through "
+        "`jobsup start --procs N`, and pickup latency. It works in a jobsup schema it "
+        "creates and drops (refused where one exists), or with --database in a scratch "
+        "database it creates and drops; nothing is left behind."
+    )
+    parser.add_argument(
+        "--procs", type=_positive_int, default=PROCS, help=f"worker processes of the supervisor (default {PROCS})"
+    )
+    parser.add_argument(
+        "--runs",
+        type=_positive_int,
+        default=RUNS,
+        help=f"runs; figures are their medians (default {RUNS}, about 15 s each)",
+    )
+    parser.add_argument(
+        "--database",
+        metavar="NAME",
+        help="bench in a scratch database of this name, created on the same server and "
+        "dropped afterwards (it must not exist)",
+    )
+    parser.add_argument(
+        "--pooler",
+        default=None,
+        choices=dsns.POOLERS,
+        help="what the DSN leads to, as for jobsup start (env JOBSUP_POOLER; default none)",
+    )
     parser.add_argument("--listen-dsn", help="as for jobsup start: a direct connection for LISTEN")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.set_defaults(run=run)
@@ -73,8 +87,10 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str,
         name = sql.Identifier(database)
         with connect(server_dsn) as admin:
             if admin.execute(SQL["bench_database_exists"], {"name": database}).fetchone()[0]:
-                raise BadInput(f"database {database!r} exists: --database names a scratch database that "
-                               "jobsup bench creates and drops")
+                raise BadInput(
+                    f"database {database!r} exists: --database names a scratch database that "
+                    "jobsup bench creates and drops"
+                )
             admin.execute(sql.SQL(SQL["bench_create_database"]).format(name=name))
         try:
             dsn = conninfo.make_conninfo(server_dsn, dbname=database)
@@ -90,10 +106,14 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str,
             jobs = _jobs_held(conn)
             where = dsns.redact(server_dsn)
             if jobs:
-                raise BadInput(f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: jobsup bench will not run "
-                               "among them; use --database NAME for a scratch database (nothing touched)")
-            raise BadInput(f"{where} has a jobsup schema already: jobsup bench only runs in one it creates "
-                           "and drops; use --database NAME for a scratch database (nothing touched)")
+                raise BadInput(
+                    f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: jobsup bench will not run "
+                    "among them; use --database NAME for a scratch database (nothing touched)"
+                )
+            raise BadInput(
+                f"{where} has a jobsup schema already: jobsup bench only runs in one it creates "
+                "and drops; use --database NAME for a scratch database (nothing touched)"
+            )
         _install(conn)
     try:
         yield server_dsn, "schema jobsup"
@@ -129,8 +149,13 @@ def run(args: argparse.Namespace) -> int:
 
     runs: list[dict[str, float]] = []
     started = time.perf_counter()
-    progress = Progress(TextColumn("{task.description:<28}"), BarColumn(), TimeElapsedColumn(),
-                        transient=True, disable=not sys.stderr.isatty())
+    progress = Progress(
+        TextColumn("{task.description:<28}"),
+        BarColumn(),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not sys.stderr.isatty(),
+    )
     with place(server, args.database, connect) as (dsn, made), progress:
         task = progress.add_task("preparing", total=len(STEPS) * args.runs)
         for number in range(1, args.runs + 1):
@@ -148,19 +173,36 @@ def run(args: argparse.Namespace) -> int:
                 if args.database:
                     listen = conninfo.make_conninfo(listen, dbname=args.database)
                 start_args += ("--listen-dsn", listen)
-            runs.append(benchmark.one_run(dsn, args.procs, start_args=start_args, connect=connect,
-                                          env={"JOBSUP_POOLER": mode}, step=step))
+            runs.append(
+                benchmark.one_run(
+                    dsn, args.procs, start_args=start_args, connect=connect, env={"JOBSUP_POOLER": mode}, step=step
+                )
+            )
             progress.advance(task)
     medians = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
     took = time.perf_counter() - started
     load = os.getloadavg()[0]
     if args.json:
-        print(json.dumps({"procs": args.procs, "runs": args.runs, "pooler": mode, "seconds": round(took, 1),
-                          "load_average": load, "median": medians, "each_run": runs}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "procs": args.procs,
+                    "runs": args.runs,
+                    "pooler": mode,
+                    "seconds": round(took, 1),
+                    "load_average": load,
+                    "median": medians,
+                    "each_run": runs,
+                },
+                indent=2,
+            )
+        )
         return EXIT_OK
-    print(f"jobsup bench: {dsns.redact(dsn)}, --procs {args.procs}, "
-          f"{'median of ' + str(args.runs) + ' runs' if args.runs > 1 else '1 run'}, "
-          f"{os.cpu_count()} cores, load {load:.1f}")
+    print(
+        f"jobsup bench: {dsns.redact(dsn)}, --procs {args.procs}, "
+        f"{'median of ' + str(args.runs) + ' runs' if args.runs > 1 else '1 run'}, "
+        f"{os.cpu_count()} cores, load {load:.1f}"
+    )
     for key, label, fmt in ROWS:
         print(f"  {label:<42} {fmt.format(medians[key]):>16}")
     print(f"created {made} for the bench and dropped it again ({took:.0f}s)")

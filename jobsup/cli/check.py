@@ -8,27 +8,42 @@ import os
 
 from jobsup.ops.check import MAX_OLDEST_AGE, Limits, check, shown
 
-
 HELP = "alert checks: oldest ready job, dead jobs, reaping; exit 1 when a threshold is crossed"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from jobsup.cli.options import count, duration
 
-    parser.description = ("Check the design's three alerts: the age of the oldest ready job per queue, the "
-                          "number of dead jobs, and the jobs the reapers returned in the last minute. One "
-                          "line per threshold crossed and exit 1 if any is; otherwise one ok line and exit "
-                          "0. Each flag also comes from its JOBSUP_CHECK_* variable.")
+    parser.description = (
+        "Check the design's three alerts: the age of the oldest ready job per queue, the "
+        "number of dead jobs, and the jobs the reapers returned in the last minute. One "
+        "line per threshold crossed and exit 1 if any is; otherwise one ok line and exit "
+        "0. Each flag also comes from its JOBSUP_CHECK_* variable."
+    )
     env = os.environ.get
-    parser.add_argument("--max-oldest-age", type=duration, metavar="D",
-                        default=env("JOBSUP_CHECK_MAX_OLDEST_AGE", MAX_OLDEST_AGE),
-                        help="alert when a queue's oldest ready job waited longer; 0 for never (env "
-                             f"JOBSUP_CHECK_MAX_OLDEST_AGE; default {shown(MAX_OLDEST_AGE)})")
-    parser.add_argument("--max-dead", type=count, metavar="N", default=env("JOBSUP_CHECK_MAX_DEAD"),
-                        help="alert when more jobs are dead (env JOBSUP_CHECK_MAX_DEAD; default: not checked)")
-    parser.add_argument("--max-reaped-per-min", type=count, metavar="N", default=env("JOBSUP_CHECK_MAX_REAPED_PER_MIN"),
-                        help="alert when the reapers returned more jobs in the last minute, all queues "
-                             "(env JOBSUP_CHECK_MAX_REAPED_PER_MIN; default: not checked)")
+    parser.add_argument(
+        "--max-oldest-age",
+        type=duration,
+        metavar="D",
+        default=env("JOBSUP_CHECK_MAX_OLDEST_AGE", MAX_OLDEST_AGE),
+        help="alert when a queue's oldest ready job waited longer; 0 for never (env "
+        f"JOBSUP_CHECK_MAX_OLDEST_AGE; default {shown(MAX_OLDEST_AGE)})",
+    )
+    parser.add_argument(
+        "--max-dead",
+        type=count,
+        metavar="N",
+        default=env("JOBSUP_CHECK_MAX_DEAD"),
+        help="alert when more jobs are dead (env JOBSUP_CHECK_MAX_DEAD; default: not checked)",
+    )
+    parser.add_argument(
+        "--max-reaped-per-min",
+        type=count,
+        metavar="N",
+        default=env("JOBSUP_CHECK_MAX_REAPED_PER_MIN"),
+        help="alert when the reapers returned more jobs in the last minute, all queues "
+        "(env JOBSUP_CHECK_MAX_REAPED_PER_MIN; default: not checked)",
+    )
     parser.add_argument("--queue", metavar="Q", help="only this queue's oldest job and dead jobs")
     parser.add_argument("--json", action="store_true", help="one JSON object: ok, crossed, and the figures")
     parser.set_defaults(run=run)
@@ -37,8 +52,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from jobsup.cli.options import connect
 
-    limits = Limits(max_oldest_age=args.max_oldest_age, max_dead=args.max_dead,
-                    max_reaped_per_min=args.max_reaped_per_min, queue=args.queue)
+    limits = Limits(
+        max_oldest_age=args.max_oldest_age,
+        max_dead=args.max_dead,
+        max_reaped_per_min=args.max_reaped_per_min,
+        queue=args.queue,
+    )
     with connect(args) as conn:
         result = check(conn, limits)
     if args.json:

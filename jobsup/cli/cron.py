@@ -9,15 +9,16 @@ from datetime import datetime
 from jobsup.durations import format_age
 from jobsup.errors import EXIT_OK
 
-
 HELP = "schedules: list, run, pause, resume"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    parser.description = ("List the schedules the apps declare (app.every): expression, time zone, next and "
-                          "last fire and the status of the last fire's job. `cron run NAME` enqueues one "
-                          "job of it now; `cron pause NAME` and `cron resume NAME` stop and restart its "
-                          "fires on every supervisor.")
+    parser.description = (
+        "List the schedules the apps declare (app.every): expression, time zone, next and "
+        "last fire and the status of the last fire's job. `cron run NAME` enqueues one "
+        "job of it now; `cron pause NAME` and `cron resume NAME` stop and restart its "
+        "fires on every supervisor."
+    )
     parser.add_argument("action", nargs="?", choices=["list", "run", "pause", "resume"], default="list")
     parser.add_argument("name", nargs="?", metavar="NAME")
     parser.add_argument("--json", action="store_true", help="one JSON object per schedule, in a list")
@@ -33,9 +34,9 @@ def _when(moment: datetime | None, now: datetime) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    from jobsup.ops import cron
     from jobsup.cli.options import connect
     from jobsup.errors import BadInput
+    from jobsup.ops import cron
 
     if args.action == "list":
         if args.name:
@@ -56,8 +57,16 @@ def run(args: argparse.Namespace) -> int:
             table.add_column(column)
         for r in rows:
             job = f"{r.last_job_id} {r.last_status or 'gone'}" if r.last_job_id else "-"
-            table.add_row(r.name, r.kind, r.expression, r.tz, r.state,
-                          "-" if r.paused else _when(r.next_fire, r.now), _when(r.last_fire, r.now), job)
+            table.add_row(
+                r.name,
+                r.kind,
+                r.expression,
+                r.tz,
+                r.state,
+                "-" if r.paused else _when(r.next_fire, r.now),
+                _when(r.last_fire, r.now),
+                job,
+            )
         Console().print(table)
         return EXIT_OK
     if not args.name:
@@ -72,6 +81,9 @@ def run(args: argparse.Namespace) -> int:
             paused = args.action == "pause"
             changed = cron.set_paused(conn, args.name, paused)
             done = "paused" if paused else "resumed"
-            print(f"{done} schedule {args.name}" if changed else f"schedule {args.name} was already {done} "
-                  "(nothing changed)")
+            print(
+                f"{done} schedule {args.name}"
+                if changed
+                else f"schedule {args.name} was already {done} (nothing changed)"
+            )
     return EXIT_OK

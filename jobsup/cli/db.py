@@ -18,8 +18,10 @@ def configure(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.dsn:
-        raise BadInput(f"jobsup db {args.action} manages the embedded PostgreSQL of --data-dir; "
-                       "--dsn names a server of your own, which it does not touch")
+        raise BadInput(
+            f"jobsup db {args.action} manages the embedded PostgreSQL of --data-dir; "
+            "--dsn names a server of your own, which it does not touch"
+        )
     data_dir = embedded.data_dir_from(args.data_dir)
     if args.action == "start":
         print(embedded.ensure_running(data_dir))
@@ -30,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
             return EXIT_FAILURE
         print(running)
     elif args.action == "stop":
-        print(f"stopped the embedded PostgreSQL in {data_dir}" if embedded.stop(data_dir)
-              else f"no embedded PostgreSQL was running in {data_dir}")
+        print(
+            f"stopped the embedded PostgreSQL in {data_dir}"
+            if embedded.stop(data_dir)
+            else f"no embedded PostgreSQL was running in {data_dir}"
+        )
     return EXIT_OK

@@ -12,15 +12,24 @@ from jobsup.ops.doctor import Report, Thresholds, run_checks
 # Each threshold: (flag, kind, what crossing it means). The flag's variable is JOBSUP_DOCTOR_<NAME>,
 # its default Thresholds'; 0 turns the warning off.
 FLAGS: list[tuple[str, str, str]] = [
-    ("--max-xmin-age", "duration", "warn when a snapshot, transaction or prepared transaction has held back "
-                                   "vacuum longer than this"),
+    (
+        "--max-xmin-age",
+        "duration",
+        "warn when a snapshot, transaction or prepared transaction has held back vacuum longer than this",
+    ),
     ("--max-idle-in-transaction", "duration", "warn when a session has been idle in a transaction longer"),
     ("--max-dead-tuples", "count", "warn when a jobsup table has more dead tuples"),
-    ("--max-dead-ratio", "fraction", "warn when more than this share of a jobsup table's tuples are dead "
-                                     "(once it has 10,000 dead)"),
+    (
+        "--max-dead-ratio",
+        "fraction",
+        "warn when more than this share of a jobsup table's tuples are dead (once it has 10,000 dead)",
+    ),
     ("--max-notify-usage", "fraction", "warn when more than this share of the NOTIFY queue is in use"),
-    ("--max-connections-used", "fraction", "warn when more than this share of the connections open to "
-                                           "non-superusers is in use"),
+    (
+        "--max-connections-used",
+        "fraction",
+        "warn when more than this share of the connections open to non-superusers is in use",
+    ),
     ("--stale-after", "duration", "a supervisor whose last heartbeat is older is reported dead"),
 ]
 
@@ -54,23 +63,31 @@ HELP = "check the database's health; exit 1 on a problem"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from jobsup.cli.options import duration as _duration, integer as _int
+    from jobsup.cli.options import duration as _duration
+    from jobsup.cli.options import integer as _int
 
     types = {"duration": _duration, "count": _int, "fraction": _fraction}
-    parser.description = ("Check the queue's database: what holds back vacuum (old snapshots, idle "
-                          "transactions, prepared transactions, replication slots), dead tuples and sizes of "
-                          "the jobsup tables, the NOTIFY queue, connections, dead supervisors and their "
-                          "orphaned jobs, schema and server versions. Exit 0 when healthy, 1 when a check "
-                          "warns or fails. Every threshold also comes from the JOBSUP_DOCTOR_* variable in "
-                          "its help; 0 turns that warning off.")
+    parser.description = (
+        "Check the queue's database: what holds back vacuum (old snapshots, idle "
+        "transactions, prepared transactions, replication slots), dead tuples and sizes of "
+        "the jobsup tables, the NOTIFY queue, connections, dead supervisors and their "
+        "orphaned jobs, schema and server versions. Exit 0 when healthy, 1 when a check "
+        "warns or fails. Every threshold also comes from the JOBSUP_DOCTOR_* variable in "
+        "its help; 0 turns that warning off."
+    )
     parser.add_argument("--json", action="store_true", help="one JSON object instead of lines")
     defaults = Thresholds()
     for flag, kind, text in FLAGS:
         name = flag[2:].replace("-", "_")
         env = f"JOBSUP_DOCTOR_{name.upper()}"
         default = getattr(defaults, name)
-        parser.add_argument(flag, type=types[kind], default=os.environ.get(env, default), metavar=kind.upper(),
-                            help=f"{text} (env {env}; default {_shown(kind, default)})")
+        parser.add_argument(
+            flag,
+            type=types[kind],
+            default=os.environ.get(env, default),
+            metavar=kind.upper(),
+            help=f"{text} (env {env}; default {_shown(kind, default)})",
+        )
     parser.set_defaults(run=run)
 
 
@@ -91,8 +108,7 @@ def print_report(report: Report) -> None:
             print(f"      {'':<{width}}  -> {check.action}")
     problems = report.problems
     if problems:
-        print(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}: "
-              f"{', '.join(c.name for c in problems)}")
+        print(f"{len(problems)} problem{'s' if len(problems) != 1 else ''}: {', '.join(c.name for c in problems)}")
     else:
         print("healthy")
 

@@ -22,11 +22,13 @@ ENQUEUE_CHUNK = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.description = ("Enqueue KIND with an optional JSON payload, or every line of --file "
-                                   "(one JSON object per line: kind, payload, queue, priority, delay, "
-                                   "run_at, max_attempts, unique_key) in one transaction. With --file, "
-                                   "--queue, --priority, --delay, --run-at and --max-attempts are the "
-                                   "defaults of the lines that do not set that field.")
+    p.description = (
+        "Enqueue KIND with an optional JSON payload, or every line of --file "
+        "(one JSON object per line: kind, payload, queue, priority, delay, "
+        "run_at, max_attempts, unique_key) in one transaction. With --file, "
+        "--queue, --priority, --delay, --run-at and --max-attempts are the "
+        "defaults of the lines that do not set that field."
+    )
     p.add_argument("kind", nargs="?", metavar="KIND")
     p.add_argument("payload", nargs="?", metavar="JSON")
     p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
@@ -36,9 +38,12 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-at", type=iso_time, help="run at this ISO time")
     p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts before dead (default 3)")
     p.add_argument("--unique-key", help="skip if a queued or running job has this key (not with --file)")
-    p.add_argument("--json", action="store_true",
-                   help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
-                        '{"enqueued": N, "skipped": N, "seconds": S}')
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
+        '{"enqueued": N, "skipped": N, "seconds": S}',
+    )
     p.set_defaults(run=run)
 
 
@@ -53,20 +58,21 @@ def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = No
     except json.JSONDecodeError as exc:
         raise BadInput(f"line {number}: not JSON: {exc.msg} (column {exc.colno})") from None
     if not isinstance(obj, dict):
-        raise BadInput(f"line {number}: expected a JSON object with a \"kind\", got {type(obj).__name__}")
+        raise BadInput(f'line {number}: expected a JSON object with a "kind", got {type(obj).__name__}')
     unknown = set(obj) - _FILE_FIELDS
     if unknown:
-        raise BadInput(f"line {number}: unknown field(s) {', '.join(sorted(unknown))} "
-                       f"(allowed: {', '.join(sorted(_FILE_FIELDS))})")
+        raise BadInput(
+            f"line {number}: unknown field(s) {', '.join(sorted(unknown))} (allowed: {', '.join(sorted(_FILE_FIELDS))})"
+        )
     # null is "not given": the flag's value, as when the field is left out
     fields: dict[str, Any] = {name: value for name, value in obj.items() if value is not None}
     if "kind" not in fields:
-        raise BadInput(f"line {number}: a job needs a \"kind\"")
+        raise BadInput(f'line {number}: a job needs a "kind"')
     try:
         if "delay" in fields:
             delay = fields["delay"]
             if isinstance(delay, bool) or not isinstance(delay, (str, int, float)):
-                raise BadInput(f"delay must be seconds or a duration like \"400ms\", not {delay!r}")
+                raise BadInput(f'delay must be seconds or a duration like "400ms", not {delay!r}')
             fields["delay"] = parse_duration(delay)
         if "run_at" in fields:
             if not isinstance(fields["run_at"], str):
@@ -93,8 +99,9 @@ def _read_specs(path: str, defaults: dict[str, Any] | None = None) -> list[JobSp
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise BadInput(f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} "
-                                   f"at column {exc.start + 1})") from None
+                    raise BadInput(
+                        f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
+                    ) from None
                 if line.strip():
                     specs.append(_spec_from_line(number, line, defaults))
         except OSError as exc:  # a directory, or a read error
@@ -112,7 +119,7 @@ def _enqueue_file(args: argparse.Namespace) -> int:
     from jobsup.client import enqueue_many
 
     if args.unique_key is not None:
-        raise BadInput("--unique-key names one job; with --file, give each line its own \"unique_key\"")
+        raise BadInput('--unique-key names one job; with --file, give each line its own "unique_key"')
     defaults = {name: getattr(args, name) for name in _FILE_DEFAULTS}
     specs = _read_specs(args.file, defaults)  # all of it is checked before anything is written
     started = time.perf_counter()
@@ -121,7 +128,7 @@ def _enqueue_file(args: argparse.Namespace) -> int:
         task = progress.add_task("enqueueing", total=len(specs))
         with conn.transaction():
             for start in range(0, len(specs), ENQUEUE_CHUNK):
-                chunk = specs[start:start + ENQUEUE_CHUNK]
+                chunk = specs[start : start + ENQUEUE_CHUNK]
                 inserted += sum(1 for job_id in enqueue_many(conn, chunk) if job_id is not None)
                 progress.advance(task, len(chunk))
     skipped = len(specs) - inserted
@@ -149,8 +156,16 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"payload is not JSON: {exc.msg} (column {exc.colno})") from None
     from jobsup.client import enqueue
 
-    spec = JobSpec(args.kind, payload, queue=args.queue, priority=args.priority, delay=args.delay,
-                   run_at=args.run_at, max_attempts=args.max_attempts, unique_key=args.unique_key)
+    spec = JobSpec(
+        args.kind,
+        payload,
+        queue=args.queue,
+        priority=args.priority,
+        delay=args.delay,
+        run_at=args.run_at,
+        max_attempts=args.max_attempts,
+        unique_key=args.unique_key,
+    )
     spec.validate()
     spec.encoded_payload()
     with connect(args) as conn:

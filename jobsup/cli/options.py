@@ -91,8 +91,11 @@ def env_note(variable: str, builtin: object) -> str:
     >>> del os.environ["JOBSUP_EXAMPLE"]
     """
     value = os.environ.get(variable)
-    note = f"env {variable}; default {builtin}" if value is None else \
-        f"env {variable}, set to {value or repr(value)}; built-in default {builtin}"
+    note = (
+        f"env {variable}; default {builtin}"
+        if value is None
+        else f"env {variable}, set to {value or repr(value)}; built-in default {builtin}"
+    )
     return note.replace("%", "%%")
 
 
@@ -101,10 +104,13 @@ def database_options() -> argparse.ArgumentParser:
     parent = argparse.ArgumentParser(add_help=False)
     group = parent.add_argument_group("database")
     # The DSN variables are never shown: they may hold a password.
-    group.add_argument("--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; "
-                                     "default: the embedded server of --data-dir)")
-    group.add_argument("--data-dir", help="data directory of the embedded PostgreSQL "
-                                          f"({env_note('JOBSUP_DATA_DIR', embedded.DEFAULT_DATA_DIR)})")
+    group.add_argument(
+        "--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; default: the embedded server of --data-dir)"
+    )
+    group.add_argument(
+        "--data-dir",
+        help=f"data directory of the embedded PostgreSQL ({env_note('JOBSUP_DATA_DIR', embedded.DEFAULT_DATA_DIR)})",
+    )
     return parent
 
 

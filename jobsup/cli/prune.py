@@ -11,20 +11,26 @@ from jobsup.durations import format_duration
 from jobsup.errors import EXIT_OK
 from jobsup.ops.prune import KEEP_DEAD, KEEP_DONE, Pruned, Retention, aprunable, aprune
 
-
 HELP = "delete finished jobs past their window"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from jobsup.cli.options import duration as _duration
 
-    parser.description = ("Delete done jobs older than --keep-done, dead and cancelled jobs older than "
-                          "--keep-dead (by when they finished) and events older than 7 days, in batches, "
-                          "taking turns with the supervisors, which do the same every --prune-interval.")
+    parser.description = (
+        "Delete done jobs older than --keep-done, dead and cancelled jobs older than "
+        "--keep-dead (by when they finished) and events older than 7 days, in batches, "
+        "taking turns with the supervisors, which do the same every --prune-interval."
+    )
     for flag, default in (("--keep-done", KEEP_DONE), ("--keep-dead", KEEP_DEAD)):
         env = "JOBSUP_" + flag[2:].replace("-", "_").upper()
-        parser.add_argument(flag, type=_duration, default=os.environ.get(env, default), metavar="D",
-                            help=f"0 keeps forever (env {env}; default {format_duration(default)})")
+        parser.add_argument(
+            flag,
+            type=_duration,
+            default=os.environ.get(env, default),
+            metavar="D",
+            help=f"0 keeps forever (env {env}; default {format_duration(default)})",
+        )
     parser.add_argument("--dry-run", action="store_true", help="count what would be deleted, delete nothing")
     parser.add_argument("--json", action="store_true", help="one JSON object")
     parser.set_defaults(run=run)
@@ -35,6 +41,7 @@ def _said(pruned: Pruned) -> str:
     >>> _said(Pruned(done=1200, dead=1, events=0))
     '1200 done jobs, 1 dead job, 0 events'
     """
+
     def n(count: int, word: str) -> str:
         return f"{count} {word}" + ("" if count == 1 else "s")
 
@@ -66,10 +73,21 @@ def run(args: argparse.Namespace) -> int:
         pass
     pruned = asyncio.run(_prune(resolve(args.dsn, args.data_dir), retention, args.dry_run))
     if args.json:
-        print(json.dumps({"dry_run": args.dry_run, **pruned.to_json(), "keep_done": retention.keep_done,
-                          "keep_dead": retention.keep_dead, "keep_events": retention.keep_events}))
+        print(
+            json.dumps(
+                {
+                    "dry_run": args.dry_run,
+                    **pruned.to_json(),
+                    "keep_done": retention.keep_done,
+                    "keep_dead": retention.keep_dead,
+                    "keep_events": retention.keep_events,
+                }
+            )
+        )
     else:
-        print(f"{'would delete' if args.dry_run else 'deleted'} {_said(pruned)} "
-              f"(kept: done {_window(retention.keep_done)}, dead {_window(retention.keep_dead)}, "
-              f"events {_window(retention.keep_events)})")
+        print(
+            f"{'would delete' if args.dry_run else 'deleted'} {_said(pruned)} "
+            f"(kept: done {_window(retention.keep_done)}, dead {_window(retention.keep_dead)}, "
+            f"events {_window(retention.keep_events)})"
+        )
     return EXIT_OK

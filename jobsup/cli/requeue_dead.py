@@ -14,8 +14,14 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = "Requeue every dead job, or those of --kind / --error / --id."
     p.add_argument("--kind", help="only dead jobs of this kind")
     p.add_argument("--error", help="only dead jobs whose last error is exactly this")
-    p.add_argument("--id", type=positive_int, action="extend", nargs="+", metavar="N",
-                   help="only these jobs: --id 2 76906, or --id 2 --id 76906")
+    p.add_argument(
+        "--id",
+        type=positive_int,
+        action="extend",
+        nargs="+",
+        metavar="N",
+        help="only these jobs: --id 2 76906, or --id 2 --id 76906",
+    )
     p.set_defaults(run=run)
 
 
@@ -24,8 +30,15 @@ def run(args: argparse.Namespace) -> int:
 
     with connect(args) as conn:
         ids = requeue_dead(conn, ids=args.id or None, kind=args.kind, error=args.error)
-    scope = " and ".join(filter(None, [f"kind {args.kind}" if args.kind else "",
-                                       f"error {args.error!r}" if args.error else "",
-                                       f"ids {', '.join(map(str, args.id))}" if args.id else ""]))
+    scope = " and ".join(
+        filter(
+            None,
+            [
+                f"kind {args.kind}" if args.kind else "",
+                f"error {args.error!r}" if args.error else "",
+                f"ids {', '.join(map(str, args.id))}" if args.id else "",
+            ],
+        )
+    )
     print(f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''}" + (f" ({scope})" if scope else ""))
     return EXIT_OK

@@ -12,8 +12,10 @@ HELP = "run a job waiting for its retry now"
 
 
 def configure(p: argparse.ArgumentParser) -> None:
-    p.description = ("A job waiting for its backoff (queued, its run_at in the future, attempted before) is "
-                     "due now; the others are reported as they are.")
+    p.description = (
+        "A job waiting for its backoff (queued, its run_at in the future, attempted before) is "
+        "due now; the others are reported as they are."
+    )
     add_ids(p, required=True)
     p.add_argument("--json", action="store_true", help='one JSON object: counts ("retried", "unchanged") and "jobs"')
     p.set_defaults(run=run)

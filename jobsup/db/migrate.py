@@ -12,8 +12,8 @@ from importlib import resources
 
 import psycopg
 
-from jobsup.errors import SchemaMissing
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.errors import SchemaMissing
 
 # Key of the advisory lock that serialises migrations ("jobsupmg" as a 64-bit integer).
 MIGRATION_LOCK = 0x6A6F627375706D67

@@ -31,18 +31,31 @@ from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
     Binding("r", "requeue", "Requeue", tooltip="requeue the selected dead job"),
-    Binding("R", "requeue_scope", "Requeue all…",
-            tooltip="requeue every dead job of the selected kind or error group (asks first)"),
+    Binding(
+        "R",
+        "requeue_scope",
+        "Requeue all…",
+        tooltip="requeue every dead job of the selected kind or error group (asks first)",
+    ),
     # A priority binding runs as the key arrives, before the keys typed after it are handed to the
     # widget that has the focus now: so "/email" typed fast lands in the filter whole.
-    Binding("slash", "filter", "Filter", priority=True,
-            tooltip="show only a kind or queue whose name contains the text"),
+    Binding(
+        "slash", "filter", "Filter", priority=True, tooltip="show only a kind or queue whose name contains the text"
+    ),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     # Control: in the footer only where they apply (the workers table, the queues table).
-    Binding("c", "cancel_job", "Cancel job…",
-            tooltip="cancel the selected worker's job: its worker is stopped and replaced (asks first)"),
-    Binding("P", "queue('pause')", "Pause queue…",
-            tooltip="pause the selected queue: no supervisor claims from it (asks first)"),
+    Binding(
+        "c",
+        "cancel_job",
+        "Cancel job…",
+        tooltip="cancel the selected worker's job: its worker is stopped and replaced (asks first)",
+    ),
+    Binding(
+        "P",
+        "queue('pause')",
+        "Pause queue…",
+        tooltip="pause the selected queue: no supervisor claims from it (asks first)",
+    ),
     Binding("U", "queue('resume')", "Resume queue…", tooltip="resume the selected queue (asks first)"),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
@@ -51,14 +64,25 @@ KEYS: list[Binding] = [
     # In --read-only mode r, R, c, P and U fall through to this one, which says why nothing happens.
     Binding("r,R,c,P,U", "refuse", show=False),
     # The tab bar shows these keys, so the footer does not repeat them.
-    *(Binding(p.TAB.key, f"show_tab({p.TAB.id!r})", p.TAB.title, show=False,
-              tooltip=f"{p.TAB.title} tab: {p.TAB.description}") for p in TABS),
+    *(
+        Binding(
+            p.TAB.key,
+            f"show_tab({p.TAB.id!r})",
+            p.TAB.title,
+            show=False,
+            tooltip=f"{p.TAB.title} tab: {p.TAB.description}",
+        )
+        for p in TABS
+    ),
 ]
 # Keys that are not bindings of the app, for the help screen.
-OTHER_KEYS = [("Tab ⇧Tab", "the next / previous panel, through every tab"),
-              ("↑ ↓ PgUp PgDn", "move in a panel"),
-              ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
-              ("Enter", "open the selected job (dead jobs, busy workers)"), ("Ctrl+P", "command palette")]
+OTHER_KEYS = [
+    ("Tab ⇧Tab", "the next / previous panel, through every tab"),
+    ("↑ ↓ PgUp PgDn", "move in a panel"),
+    ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
+    ("Enter", "open the selected job (dead jobs, busy workers)"),
+    ("Ctrl+P", "command palette"),
+]
 WRITES = {"requeue", "requeue_scope", "cancel_job", "queue"}
 # The table each control key acts on: elsewhere the key is hidden from the footer and does nothing.
 CONTROL_TABLES = {"cancel_job": "workers", "queue": "queues"}
@@ -97,8 +121,16 @@ class TopApp(App[None]):
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
 
-    def __init__(self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, warn_age: float = fig.DEFAULT_WARN_AGE,
-                 stale_after: float = fig.STALE_AFTER, read_only: bool = False, tz: tzinfo | None = None) -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        refresh: float = fig.DEFAULT_REFRESH,
+        warn_age: float = fig.DEFAULT_WARN_AGE,
+        stale_after: float = fig.STALE_AFTER,
+        read_only: bool = False,
+        tz: tzinfo | None = None,
+    ) -> None:
         super().__init__()
         self.source = source
         self.refresh_every = refresh
@@ -127,8 +159,7 @@ class TopApp(App[None]):
         yield Static(id="headline")
         yield Static(id="health")
         # Up here, not above the footer: notifications appear bottom right and would cover it.
-        yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)",
-                          id="filter")
+        yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)", id="filter")
         with Vertical(id="body"):
             first, *others = TABS
             yield first()
@@ -219,8 +250,9 @@ class TopApp(App[None]):
             return
         view = self._view()
         badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self.main.query(Pane)]
-        self.main.query_one("#tabbar", Static).update(tab_bar(badges, self.tabs.marked(self.pinned),
-                                                              f"reverse {view.accent}", "dim"))
+        self.main.query_one("#tabbar", Static).update(
+            tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim")
+        )
 
     # --- refreshing ----------------------------------------------------------------------------
 
@@ -269,18 +301,26 @@ class TopApp(App[None]):
         """The one place a failed worker is reported: the console carries on."""
         if event.state == WorkerState.ERROR:
             error = event.worker.error
-            self.notify(str(error) or type(error).__name__, title=f"{event.worker.name} failed",
-                        severity="error", timeout=8)
+            self.notify(
+                str(error) or type(error).__name__, title=f"{event.worker.name} failed", severity="error", timeout=8
+            )
 
     # --- drawing -------------------------------------------------------------------------------
 
     def _view(self) -> View:
         colours = self.get_css_variables()
         changed = fig.changed(self.previous, self.figures) if self.figures else set()
-        return View(match=self.match, warn_age=self.warn_age, stale_after=self.stale_after,
-                    changed=frozenset(changed), accent=f"bold {colours['accent']}",
-                    warning=f"bold {colours['warning']}", error=f"bold {colours['error']}",
-                    success=colours["success"], tz=self.tz)
+        return View(
+            match=self.match,
+            warn_age=self.warn_age,
+            stale_after=self.stale_after,
+            changed=frozenset(changed),
+            accent=f"bold {colours['accent']}",
+            warning=f"bold {colours['warning']}",
+            error=f"bold {colours['error']}",
+            success=colours["success"],
+            tz=self.tz,
+        )
 
     def _render(self) -> None:
         # The app is closing: a refresh that ended meanwhile has nowhere to go. `is_running` turns
@@ -345,16 +385,21 @@ class TopApp(App[None]):
         done_minute = "-" if minute is None else ("" if minute[1] else "~") + fig.count(minute[0])
         oldest = figures.oldest_ready
         stale = fig.stale_note(figures.supervisors, self.stale_after)
-        items = [("ready", fig.count(total.ready), ""), ("scheduled", fig.count(total.scheduled), ""),
-                 ("running", fig.count(total.running), ""),
-                 ("dead", fig.count(total.dead), view.error if total.dead else ""),
-                 ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-                 ("done/min", done_minute, ""),
-                 ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
-                 ("workers", f"{busy}/{len(workers)} busy", "")]
+        items = [
+            ("ready", fig.count(total.ready), ""),
+            ("scheduled", fig.count(total.scheduled), ""),
+            ("running", fig.count(total.running), ""),
+            ("dead", fig.count(total.dead), view.error if total.dead else ""),
+            ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
+            ("done/min", done_minute, ""),
+            ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
+            ("workers", f"{busy}/{len(workers)} busy", ""),
+        ]
         width = self.main.query_one("#headline").size.width - 2
-        return pack([Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
-                    width if width > 0 else self.size.width - 2)
+        return pack(
+            [Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
+            width if width > 0 else self.size.width - 2,
+        )
 
     def _health(self, figures: Figures, view: View) -> Text | None:
         """One line of warning under the header when something needs the operator, such as
@@ -390,8 +435,9 @@ class TopApp(App[None]):
         table = self._focused_table()
         key = selected_key(table) if table is not None and table.id == "dead" else None
         if key is None:
-            self.notify("select a dead job first (2: the Dead tab); R requeues a whole kind or group",
-                        severity="warning")
+            self.notify(
+                "select a dead job first (2: the Dead tab); R requeues a whole kind or group", severity="warning"
+            )
             return
         job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None) if self.figures else None
         scope = f"dead job {key}" + (f" ({job.kind})" if job else "")
@@ -420,9 +466,12 @@ class TopApp(App[None]):
             self.notify(f"no {scope.describe(0).removeprefix('0 ')} to requeue", severity="warning")
             return
         stated = scope.describe(len(ids))
-        yes = await self.push_screen_wait(Confirm(
-            f"Requeue {stated}?",
-            "Each goes back to its queue with its attempts reset to 0; its error history is kept."))
+        yes = await self.push_screen_wait(
+            Confirm(
+                f"Requeue {stated}?",
+                "Each goes back to its queue with its attempts reset to 0; its error history is kept.",
+            )
+        )
         if not yes:
             self.notify("nothing was requeued")
             return
@@ -437,34 +486,44 @@ class TopApp(App[None]):
         if n == message.asked:
             self.notify(f"requeued {message.scope}" if n == 1 else f"requeued {message.scope}", title="requeue")
         else:
-            self.notify(f"requeued {n} of {message.scope}: the others were no longer dead, or their "
-                        "unique key is live again", title="requeue", severity="warning")
+            self.notify(
+                f"requeued {n} of {message.scope}: the others were no longer dead, or their unique key is live again",
+                title="requeue",
+                severity="warning",
+            )
         self.refresh_now()
 
     def action_cancel_job(self) -> None:
         table = self._focused_table()
         job_id = worker_job(selected_key(table)) if table is not None and table.id == "workers" else None
         if job_id is None:
-            self.notify("select a busy worker first (3: the Workers tab): c cancels the job it runs",
-                        severity="warning")
+            self.notify(
+                "select a busy worker first (3: the Workers tab): c cancels the job it runs", severity="warning"
+            )
             return
         self.run_worker(self._cancel(job_id), name="cancel", exit_on_error=False)
 
     async def _cancel(self, job_id: int) -> None:
         from jobsup.monitor.schedules import ConfirmSchedule
 
-        yes = await self.push_screen_wait(ConfirmSchedule(
-            f"Cancel job {job_id}?",
-            "Its worker is stopped (SIGTERM, then SIGKILL after the kill grace) and replaced; the job is "
-            "recorded cancelled and never retried. A job that finishes first stays as it ended.",
-            "Yes, cancel"))
+        yes = await self.push_screen_wait(
+            ConfirmSchedule(
+                f"Cancel job {job_id}?",
+                "Its worker is stopped (SIGTERM, then SIGKILL after the kill grace) and replaced; the job is "
+                "recorded cancelled and never retried. A job that finishes first stays as it ended.",
+                "Yes, cancel",
+            )
+        )
         if not yes:
             self.notify("nothing was cancelled")
             return
         done = await self.source.cancel(job_id)
         said = {"requested": "cancel requested: its supervisor stops the worker", "cancelled": "cancelled"}
-        self.notify(f"job {job_id} ({done.kind}): {said.get(done.action, 'not changed: ' + done.note)}",
-                    title="cancel", severity="information" if done.action != "unchanged" else "warning")
+        self.notify(
+            f"job {job_id} ({done.kind}): {said.get(done.action, 'not changed: ' + done.note)}",
+            title="cancel",
+            severity="information" if done.action != "unchanged" else "warning",
+        )
         self.refresh_now()
 
     def action_queue(self, action: str) -> None:
@@ -478,10 +537,15 @@ class TopApp(App[None]):
     async def _queue(self, action: str, name: str) -> None:
         from jobsup.monitor.schedules import ConfirmSchedule
 
-        question = {"pause": (f"Pause queue {name}?", "No supervisor claims from it until it is resumed; "
-                              "running jobs finish, claimed ones not yet started go back.", "Yes, pause"),
-                    "resume": (f"Resume queue {name}?", "Every supervisor of the queue claims from it again.",
-                               "Yes, resume")}[action]
+        question = {
+            "pause": (
+                f"Pause queue {name}?",
+                "No supervisor claims from it until it is resumed; "
+                "running jobs finish, claimed ones not yet started go back.",
+                "Yes, pause",
+            ),
+            "resume": (f"Resume queue {name}?", "Every supervisor of the queue claims from it again.", "Yes, resume"),
+        }[action]
         if not await self.push_screen_wait(ConfirmSchedule(*question)):
             self.notify("nothing was changed")
             return
@@ -514,8 +578,11 @@ class TopApp(App[None]):
         was_open = box.has_class("-shown")
         box.remove_class("-shown")
         if was_open:
-            back = self._before_filter if self._before_filter is not None and self._before_filter.is_attached \
+            back = (
+                self._before_filter
+                if self._before_filter is not None and self._before_filter.is_attached
                 else self.main.query_one("#kinds", DataTable)
+            )
             back.focus()
         if self.match is not None or box.value:
             box.value = ""  # posts Input.Changed, which clears the match and refreshes
@@ -538,15 +605,19 @@ class TopApp(App[None]):
         self.push_screen(HelpScreen(self.key_help()))
 
     def key_help(self) -> list[tuple[str, str]]:
-        keys = [(self.get_key_display(b), b.tooltip) for b in KEYS
-                if b.tooltip and not (self.read_only and b.action.partition("(")[0] in WRITES)]
+        keys = [
+            (self.get_key_display(b), b.tooltip)
+            for b in KEYS
+            if b.tooltip and not (self.read_only and b.action.partition("(")[0] in WRITES)
+        ]
         return keys + OTHER_KEYS
 
     @on(DataTable.RowSelected)
     def _open_job(self, event: DataTable.RowSelected) -> None:
         key = event.row_key.value
-        job_id = int(key) if event.data_table.id == "dead" else \
-            worker_job(key) if event.data_table.id == "workers" else None
+        job_id = (
+            int(key) if event.data_table.id == "dead" else worker_job(key) if event.data_table.id == "workers" else None
+        )
         if job_id is not None:
             self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
 
@@ -556,31 +627,44 @@ class TopApp(App[None]):
             self.notify(f"job {job_id} no longer exists", severity="warning")
             return
         # The job's relative times count on from the database's clock while the screen is open.
-        answer = await self.push_screen_wait(JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz,
-                                                       read_only=self.read_only))
+        answer = await self.push_screen_wait(
+            JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz, read_only=self.read_only)
+        )
         if answer == "requeue":
             await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         if not self.read_only:
-            yield SystemCommand("Requeue the selected dead job", "r: the job under the cursor of the dead "
-                                "jobs table", self.action_requeue)
-            yield SystemCommand("Requeue dead jobs of the selection…", "R: the selected kind or error group, "
-                                "or all; asks first", self.action_requeue_scope)
-            yield SystemCommand("Cancel the selected worker's job…", "c: in the workers table; asks first",
-                                self.action_cancel_job)
-            yield SystemCommand("Pause the selected queue…", "P: in the queues table; asks first",
-                                lambda: self.action_queue("pause"))
-            yield SystemCommand("Resume the selected queue…", "U: in the queues table; asks first",
-                                lambda: self.action_queue("resume"))
+            yield SystemCommand(
+                "Requeue the selected dead job",
+                "r: the job under the cursor of the dead jobs table",
+                self.action_requeue,
+            )
+            yield SystemCommand(
+                "Requeue dead jobs of the selection…",
+                "R: the selected kind or error group, or all; asks first",
+                self.action_requeue_scope,
+            )
+            yield SystemCommand(
+                "Cancel the selected worker's job…", "c: in the workers table; asks first", self.action_cancel_job
+            )
+            yield SystemCommand(
+                "Pause the selected queue…", "P: in the queues table; asks first", lambda: self.action_queue("pause")
+            )
+            yield SystemCommand(
+                "Resume the selected queue…", "U: in the queues table; asks first", lambda: self.action_queue("resume")
+            )
         yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
         yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
         yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)
         yield SystemCommand("Show the keys", "?", self.action_help)
         for pane in TABS:
-            yield SystemCommand(f"Show the {pane.TAB.title} tab", f"{pane.TAB.key}: {pane.TAB.description}",
-                                lambda tab=pane.TAB.id: self.action_show_tab(tab))
+            yield SystemCommand(
+                f"Show the {pane.TAB.title} tab",
+                f"{pane.TAB.key}: {pane.TAB.description}",
+                lambda tab=pane.TAB.id: self.action_show_tab(tab),
+            )
 
     async def on_unmount(self) -> None:
         await self.source.close()

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from jobsup.durations import format_age as age  # noqa: F401 (fig.age: the one format of ages, as in stats)
+from jobsup.durations import format_age as age
 from jobsup.ops.latency import KindLatency, summarize
 from jobsup.ops.snapshot import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
 
@@ -168,22 +168,34 @@ class Scope:
         if self.kind is None:
             return jobs + " (all of them, every kind)"
         if self.by_error:
-            return jobs + (" with no last error" if self.error is None else
-                           f" whose last error is {short_error(self.error, 80)!r}")
+            return jobs + (
+                " with no last error" if self.error is None else f" whose last error is {short_error(self.error, 80)!r}"
+            )
         return jobs
 
 
 # --- building the figures from rows ------------------------------------------------------------
 
 
-def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[Mapping[str, Any]],
-          oldest: Sequence[Mapping[str, Any]], dead_jobs: Sequence[Mapping[str, Any]],
-          dead_groups: Sequence[Mapping[str, Any]], supervisors: Sequence[Mapping[str, Any]],
-          passes: Sequence[Mapping[str, Any]], per_minute: Sequence[Mapping[str, Any]],
-          minutes: int = REAPER_MINUTES, match: str | None = None, health: str | None = None,
-          paused: Sequence[Mapping[str, Any]] = (),
-          latency: Sequence[Mapping[str, Any]] = (), leases: Sequence[Mapping[str, Any]] = (),
-          attempts: Sequence[Mapping[str, Any]] = ()) -> Figures:
+def build(
+    now: datetime,
+    *,
+    live: Sequence[Mapping[str, Any]],
+    totals: Sequence[Mapping[str, Any]],
+    oldest: Sequence[Mapping[str, Any]],
+    dead_jobs: Sequence[Mapping[str, Any]],
+    dead_groups: Sequence[Mapping[str, Any]],
+    supervisors: Sequence[Mapping[str, Any]],
+    passes: Sequence[Mapping[str, Any]],
+    per_minute: Sequence[Mapping[str, Any]],
+    minutes: int = REAPER_MINUTES,
+    match: str | None = None,
+    health: str | None = None,
+    paused: Sequence[Mapping[str, Any]] = (),
+    latency: Sequence[Mapping[str, Any]] = (),
+    leases: Sequence[Mapping[str, Any]] = (),
+    attempts: Sequence[Mapping[str, Any]] = (),
+) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which)."""
     kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
@@ -199,12 +211,17 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
         queues.setdefault(row["queue"], {"kinds": set()})["paused"] = True
     return Figures(
         now=now,
-        kinds=tuple(KindRow(kind, **counts, queues=tuple(sorted(kind_queues.get(kind, ()))))
-                    for kind, counts in sorted(counts_by_kind(live, totals).items())),
-        queues=tuple(QueueRow(queue, **{**c, "kinds": tuple(sorted(c["kinds"]))})
-                     for queue, c in sorted(queues.items())),
-        dead_jobs=tuple(DeadJob(**{k: r[k] for k in ("id", "kind", "queue", "attempts", "max_attempts",
-                                                      "done_at", "last_error")}) for r in dead_jobs),
+        kinds=tuple(
+            KindRow(kind, **counts, queues=tuple(sorted(kind_queues.get(kind, ()))))
+            for kind, counts in sorted(counts_by_kind(live, totals).items())
+        ),
+        queues=tuple(
+            QueueRow(queue, **{**c, "kinds": tuple(sorted(c["kinds"]))}) for queue, c in sorted(queues.items())
+        ),
+        dead_jobs=tuple(
+            DeadJob(**{k: r[k] for k in ("id", "kind", "queue", "attempts", "max_attempts", "done_at", "last_error")})
+            for r in dead_jobs
+        ),
         dead_groups=tuple(DeadGroup(r["kind"], r["last_error"], r["count"], r["last_at"]) for r in dead_groups),
         supervisors=tuple(supervisor(r) for r in supervisors),
         reaper_passes=tuple(reaper_pass(r) for r in passes),
@@ -220,9 +237,16 @@ def build(now: datetime, *, live: Sequence[Mapping[str, Any]], totals: Sequence[
 def supervisor(row: Mapping[str, Any]) -> Supervisor:
     workers = row.get("workers") or []
     return Supervisor(
-        id=row["id"], host=row["host"], pid=row["pid"], version=row["version"], queues=tuple(row["queues"]),
-        procs=row["procs"], started_at=row["started_at"], heartbeat_age=float(row["heartbeat_age"] or 0.0),
-        state=row["state"], jobs_done=row["jobs_done"],
+        id=row["id"],
+        host=row["host"],
+        pid=row["pid"],
+        version=row["version"],
+        queues=tuple(row["queues"]),
+        procs=row["procs"],
+        started_at=row["started_at"],
+        heartbeat_age=float(row["heartbeat_age"] or 0.0),
+        state=row["state"],
+        jobs_done=row["jobs_done"],
         workers=tuple(worker(w) for w in workers if isinstance(w, Mapping)),
     )
 
@@ -236,9 +260,15 @@ def worker(item: Mapping[str, Any]) -> Worker:
     '?'
     """
     return Worker(
-        pid=int(item.get("pid") or 0), state=str(item.get("state") or "?"), job_id=item.get("job_id"),
-        kind=item.get("kind"), job_started_at=parse_time(item.get("job_started_at")), rss=item.get("rss"),
-        cpu=item.get("cpu"), jobs_done=int(item.get("jobs_done") or 0), restarts=int(item.get("restarts") or 0),
+        pid=int(item.get("pid") or 0),
+        state=str(item.get("state") or "?"),
+        job_id=item.get("job_id"),
+        kind=item.get("kind"),
+        job_started_at=parse_time(item.get("job_started_at")),
+        rss=item.get("rss"),
+        cpu=item.get("cpu"),
+        jobs_done=int(item.get("jobs_done") or 0),
+        restarts=int(item.get("restarts") or 0),
         last_exit=item.get("last_exit"),
     )
 
@@ -246,9 +276,15 @@ def worker(item: Mapping[str, Any]) -> Worker:
 def reaper_pass(row: Mapping[str, Any]) -> ReaperPass:
     detail = row.get("detail") or {}
     sources = detail.get("from") or []
-    return ReaperPass(id=row["id"], at=row["at"], supervisor=row["supervisor"], count=row["count"],
-                      job_ids=tuple(row["job_ids"] or ()),
-                      sources=tuple(str(s) for s in sources if s is not None), dead=int(detail.get("dead") or 0))
+    return ReaperPass(
+        id=row["id"],
+        at=row["at"],
+        supervisor=row["supervisor"],
+        count=row["count"],
+        job_ids=tuple(row["job_ids"] or ()),
+        sources=tuple(str(s) for s in sources if s is not None),
+        dead=int(detail.get("dead") or 0),
+    )
 
 
 def parse_time(value: Any) -> datetime | None:
@@ -360,7 +396,7 @@ def size(n: int | None) -> str:
         return "-"
     if n < 1024:
         return f"{n}B"
-    for unit, scale in (("K", 1024), ("M", 1024 ** 2), ("G", 1024 ** 3)):
+    for unit, scale in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
         if n < scale * 1024 or unit == "G":
             value = n / scale
             return f"{value:.1f}{unit}" if value < 10 and unit != "K" else f"{value:.0f}{unit}"
@@ -394,7 +430,7 @@ def short_error(error: str | None, width: int) -> str:
     if not error:
         return ""
     line = error.strip().splitlines()[0] if error.strip() else ""
-    return line if len(line) <= width else line[:max(0, width - 1)] + "…"
+    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
 
 
 def id_list(ids: Sequence[int], width: int) -> str:
@@ -475,4 +511,4 @@ def middle_cut(text: str, width: int) -> str:
         return "…"[:width]
     head = (width - 1) // 2
     tail = width - 1 - head
-    return text[:head] + "…" + text[len(text) - tail:]
+    return text[:head] + "…" + text[len(text) - tail :]

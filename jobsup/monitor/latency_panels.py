@@ -6,11 +6,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.binding import Binding
 
-from jobsup.ops import latency
 from jobsup.durations import format_seconds
 from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.panels import Panel, Table, View, fill, left, right
+from jobsup.ops import latency
 
 RISING = "↑"  # beside a kind whose latency is rising (latency.rising)
 
@@ -21,9 +21,18 @@ class LatencyPanel(Panel):
     window = latency.WINDOWS[0]
 
     def compose(self) -> ComposeResult:
-        yield Table([("kind", "kind", False), ("jobs", "jobs", True), ("lat50", "latency p50", True),
-                     ("lat95", "p95", True), ("run50", "run p50", True), ("run95", "p95", True),
-                     ("trend", "", False)], id="latency")
+        yield Table(
+            [
+                ("kind", "kind", False),
+                ("jobs", "jobs", True),
+                ("lat50", "latency p50", True),
+                ("lat95", "p95", True),
+                ("run50", "run p50", True),
+                ("run95", "p95", True),
+                ("trend", "", False),
+            ],
+            id="latency",
+        )
 
     def action_next_window(self) -> None:
         windows = latency.WINDOWS
@@ -41,10 +50,20 @@ class LatencyPanel(Panel):
             if not lat.count and not run.count:
                 continue
             fmt = format_seconds
-            rows.append((k.kind, [left(k.kind), right(fig.count(run.count)), right(fmt(lat.p50)),
-                                  right(fmt(lat.p95), view.warning if k.rising else ""), right(fmt(run.p50)),
-                                  right(fmt(run.p95)),
-                                  left(f"{RISING} rising" if k.rising else "", view.warning)]))
+            rows.append(
+                (
+                    k.kind,
+                    [
+                        left(k.kind),
+                        right(fig.count(run.count)),
+                        right(fmt(lat.p50)),
+                        right(fmt(lat.p95), view.warning if k.rising else ""),
+                        right(fmt(run.p50)),
+                        right(fmt(run.p95)),
+                        left(f"{RISING} rising" if k.rising else "", view.warning),
+                    ],
+                )
+            )
         self.border_subtitle = "" if rows else "no job finished in this window"
         fill(self.query_one(Table), rows)
 
@@ -53,8 +72,16 @@ class LeasesPanel(Panel):
     TITLE = "leases expiring soonest"
 
     def compose(self) -> ComposeResult:
-        yield Table([("id", "id", True), ("kind", "kind", False), ("att", "att", True),
-                     ("left", "expires in", True), ("by", "held by", False)], id="leases")
+        yield Table(
+            [
+                ("id", "id", True),
+                ("kind", "kind", False),
+                ("att", "att", True),
+                ("left", "expires in", True),
+                ("by", "held by", False),
+            ],
+            id="leases",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
         rows = []
@@ -62,10 +89,18 @@ class LeasesPanel(Panel):
             if not fig.matches(view.match, lease.kind):
                 continue
             expired = lease.remaining is not None and lease.remaining < 0
-            rows.append((str(lease.id), [right(str(lease.id)), left(lease.kind), right(str(lease.attempts)),
-                                         right("expired" if expired else fig.age(lease.remaining),
-                                               view.error if expired else ""),
-                                         left(lease.locked_by or "-")]))
+            rows.append(
+                (
+                    str(lease.id),
+                    [
+                        right(str(lease.id)),
+                        left(lease.kind),
+                        right(str(lease.attempts)),
+                        right("expired" if expired else fig.age(lease.remaining), view.error if expired else ""),
+                        left(lease.locked_by or "-"),
+                    ],
+                )
+            )
         self.border_subtitle = "" if rows else "no job is running"
         fill(self.query_one(Table), rows)
 
@@ -74,9 +109,15 @@ class AttemptsPanel(Panel):
     TITLE = "attempts by status"
 
     def compose(self) -> ComposeResult:
-        yield Table([("status", "status", False), ("attempts", "attempts", True), ("jobs", "jobs", True)],
-                    id="attempts")
+        yield Table(
+            [("status", "status", False), ("attempts", "attempts", True), ("jobs", "jobs", True)], id="attempts"
+        )
 
     def show(self, figures: Figures, view: View) -> None:
-        fill(self.query_one(Table), [(f"{status}\x00{n}", [left(status), right(str(n)), right(fig.count(count))])
-                                     for status, n, count in figures.attempts])
+        fill(
+            self.query_one(Table),
+            [
+                (f"{status}\x00{n}", [left(status), right(str(n)), right(fig.count(count))])
+                for status, n, count in figures.attempts
+            ],
+        )

@@ -172,8 +172,13 @@ class KindsPanel(Panel):
     TITLE = "jobs by kind"
 
     def compose(self) -> ComposeResult:
-        yield Table([("kind", "kind", False), *((name, name if name != "scheduled" else "sched", True)
-                                                for name in fig.COUNT_COLUMNS)], id="kinds")
+        yield Table(
+            [
+                ("kind", "kind", False),
+                *((name, name if name != "scheduled" else "sched", True) for name in fig.COUNT_COLUMNS),
+            ],
+            id="kinds",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
         rows = []
@@ -206,8 +211,16 @@ class QueuesPanel(Panel):
     TITLE = "queues"
 
     def compose(self) -> ComposeResult:
-        yield Table([("queue", "queue", False), ("ready", "ready", True), ("scheduled", "sched", True),
-                     ("running", "running", True), ("oldest", "oldest ready", True)], id="queues")
+        yield Table(
+            [
+                ("queue", "queue", False),
+                ("ready", "ready", True),
+                ("scheduled", "sched", True),
+                ("running", "running", True),
+                ("oldest", "oldest ready", True),
+            ],
+            id="queues",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
         rows = []
@@ -216,9 +229,18 @@ class QueuesPanel(Panel):
                 continue
             late = q.oldest is not None and q.oldest > view.warn_age
             name = Text.assemble(q.queue, (" paused", view.warning)) if q.paused else left(q.queue)
-            rows.append((q.queue, [name, right(fig.count(q.ready)), right(fig.count(q.scheduled)),
-                                   right(fig.count(q.running)),
-                                   right(fig.age(q.oldest), view.warning if late else "")]))
+            rows.append(
+                (
+                    q.queue,
+                    [
+                        name,
+                        right(fig.count(q.ready)),
+                        right(fig.count(q.scheduled)),
+                        right(fig.count(q.running)),
+                        right(fig.age(q.oldest), view.warning if late else ""),
+                    ],
+                )
+            )
         fill(self.query_one(Table), rows)
 
 
@@ -254,20 +276,42 @@ class DeadPanel(Panel):
     newer_above = 0  # rows out of sight above the held row (see fill)
 
     def compose(self) -> ComposeResult:
-        yield Table([("id", "id", True), ("kind", "kind", False), ("attempts", "att", True),
-                     ("died", "died", True), ("error", "last error", False)], id="dead")
+        yield Table(
+            [
+                ("id", "id", True),
+                ("kind", "kind", False),
+                ("attempts", "att", True),
+                ("died", "died", True),
+                ("error", "last error", False),
+            ],
+            id="dead",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
-        self.border_subtitle = f"{len(figures.dead_jobs)} of {fig.count(figures.total.dead)}" \
-            if figures.dead_jobs else ""
-        cells = [[str(j.id), j.kind, f"{j.attempts}/{j.max_attempts}",
-                  fig.age(fig.since(j.done_at, figures.now)) + " ago" if j.done_at else "-"]
-                 for j in figures.dead_jobs]
+        self.border_subtitle = (
+            f"{len(figures.dead_jobs)} of {fig.count(figures.total.dead)}" if figures.dead_jobs else ""
+        )
+        cells = [
+            [
+                str(j.id),
+                j.kind,
+                f"{j.attempts}/{j.max_attempts}",
+                fig.age(fig.since(j.done_at, figures.now)) + " ago" if j.done_at else "-",
+            ]
+            for j in figures.dead_jobs
+        ]
         width = last_column_width(self.size.width, list(zip(["id", "kind", "att", "died"], *cells)))
-        above = fill(self.query_one(Table), [
-            (str(j.id), [right(c[0]), left(c[1]), right(c[2]), right(c[3]),
-                         left(fig.short_error(j.last_error, width))])
-            for j, c in zip(figures.dead_jobs, cells)], newest_first=True)
+        above = fill(
+            self.query_one(Table),
+            [
+                (
+                    str(j.id),
+                    [right(c[0]), left(c[1]), right(c[2]), right(c[3]), left(fig.short_error(j.last_error, width))],
+                )
+                for j, c in zip(figures.dead_jobs, cells)
+            ],
+            newest_first=True,
+        )
         self.newer_above = above
         # Said in the title, where the eye is when it looks for the newest: Home goes back to following.
         self.border_title = self.TITLE + (f" · [b]↑ {above} newer[/b] (Home)" if above else "")
@@ -277,20 +321,44 @@ class GroupsPanel(Panel):
     TITLE = "dead jobs by kind and error"
 
     def compose(self) -> ComposeResult:
-        yield Table([("count", "count", True), ("kind", "kind", False), ("last", "latest", True),
-                     ("error", "last error", False)], id="groups")
+        yield Table(
+            [
+                ("count", "count", True),
+                ("kind", "kind", False),
+                ("last", "latest", True),
+                ("error", "last error", False),
+            ],
+            id="groups",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
-        latest = [fig.age(fig.since(g.last_at, figures.now)) + " ago" if g.last_at else "-"
-                  for g in figures.dead_groups]
-        width = last_column_width(self.size.width, [["count", *(fig.count(g.count) for g in figures.dead_groups)],
-                                                    ["kind", *(g.kind for g in figures.dead_groups)],
-                                                    ["latest", *latest]])
+        latest = [
+            fig.age(fig.since(g.last_at, figures.now)) + " ago" if g.last_at else "-" for g in figures.dead_groups
+        ]
+        width = last_column_width(
+            self.size.width,
+            [
+                ["count", *(fig.count(g.count) for g in figures.dead_groups)],
+                ["kind", *(g.kind for g in figures.dead_groups)],
+                ["latest", *latest],
+            ],
+        )
         # A group's key is its kind and error, so the selection follows the group as counts change.
-        fill(self.query_one(Table), [
-            (group_key(g), [right(fig.count(g.count), "bold"), left(g.kind), right(when),
-                            left(fig.short_error(g.error, width) or "(no error)")])
-            for g, when in zip(figures.dead_groups, latest)])
+        fill(
+            self.query_one(Table),
+            [
+                (
+                    group_key(g),
+                    [
+                        right(fig.count(g.count), "bold"),
+                        left(g.kind),
+                        right(when),
+                        left(fig.short_error(g.error, width) or "(no error)"),
+                    ],
+                )
+                for g, when in zip(figures.dead_groups, latest)
+            ],
+        )
 
 
 def group_key(group: fig.DeadGroup) -> str:
@@ -310,10 +378,22 @@ class WorkersPanel(Panel):
 
     def compose(self) -> ComposeResult:
         yield Static(id="supervisors")
-        yield Table([("sup", "sup", False), ("pid", "pid", True), ("state", "state", False),
-                     ("job", "job", True), ("kind", "kind", False), ("for", "for", True), ("rss", "rss", True),
-                     ("cpu", "cpu%", True), ("done", "done", True), ("restarts", "rst", True),
-                     ("exit", "last exit", False)], id="workers")
+        yield Table(
+            [
+                ("sup", "sup", False),
+                ("pid", "pid", True),
+                ("state", "state", False),
+                ("job", "job", True),
+                ("kind", "kind", False),
+                ("for", "for", True),
+                ("rss", "rss", True),
+                ("cpu", "cpu%", True),
+                ("done", "done", True),
+                ("restarts", "rst", True),
+                ("exit", "last exit", False),
+            ],
+            id="workers",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
         lines = []
@@ -323,33 +403,44 @@ class WorkersPanel(Panel):
             mark = Text("✖ STALE " if stale else "● ", style=view.error if stale else view.success)
             # One line each, whatever the width: the queues, the longest part, come last and are cut.
             line = Text.assemble(
-                mark, (f"{sup.host}:{sup.pid}", "bold"),
+                mark,
+                (f"{sup.host}:{sup.pid}", "bold"),
                 (f"  {sup.state}", view.warning) if sup.state != "running" else "",
                 (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim"),
                 f"  up {fig.age(fig.since(sup.started_at, figures.now))}  {sup.procs} procs"
-                f"  {fig.count(sup.jobs_done)} done  queues {','.join(sup.queues)}")
+                f"  {fig.count(sup.jobs_done)} done  queues {','.join(sup.queues)}",
+            )
             if self.size.width:  # 0 while its tab is hidden: cut when shown (on_resize redraws)
                 line.truncate(max(10, self.size.width - 2), overflow="ellipsis")
             lines.append(line)
             tag = f"{sup.pid}"
             for w in sup.workers:
                 busy_for = fig.since(w.job_started_at, figures.now) if w.state == "busy" else None
-                cells = [left(tag, "dim" if stale else ""), right(str(w.pid)),
-                         left(w.state, view.accent if w.state == "busy" else ("dim" if w.state == "idle" else "")),
-                         right(str(w.job_id) if w.job_id is not None else "-"), left(w.kind or "-"),
-                         right(fig.age(busy_for)), right(fig.size(w.rss)),
-                         right("-" if w.cpu is None else f"{w.cpu:.0f}"), right(fig.count(w.jobs_done)),
-                         right(str(w.restarts), view.warning if w.restarts else "")]
+                cells = [
+                    left(tag, "dim" if stale else ""),
+                    right(str(w.pid)),
+                    left(w.state, view.accent if w.state == "busy" else ("dim" if w.state == "idle" else "")),
+                    right(str(w.job_id) if w.job_id is not None else "-"),
+                    left(w.kind or "-"),
+                    right(fig.age(busy_for)),
+                    right(fig.size(w.rss)),
+                    right("-" if w.cpu is None else f"{w.cpu:.0f}"),
+                    right(fig.count(w.jobs_done)),
+                    right(str(w.restarts), view.warning if w.restarts else ""),
+                ]
                 key = f"{sup.id}\x00{w.pid}" + (f"\x00{w.job_id}" if w.job_id is not None else "")
                 rows.append((key, cells, w.last_exit))
         if not lines:
             lines.append(Text("no supervisor is running: jobsup start --app module:app", style="dim"))
         self.query_one("#supervisors", Static).update(Text("\n").join(lines))
         headers = ["sup", "pid", "state", "job", "kind", "for", "rss", "cpu%", "done", "rst"]
-        width = last_column_width(self.size.width, [[h, *(r[1][i].plain for r in rows)]
-                                                    for i, h in enumerate(headers)], 8)
-        fill(self.query_one(Table), [(key, [*cells, left(fig.short_error(exit_, width) or "-")])
-                                     for key, cells, exit_ in rows])
+        width = last_column_width(
+            self.size.width, [[h, *(r[1][i].plain for r in rows)] for i, h in enumerate(headers)], 8
+        )
+        fill(
+            self.query_one(Table),
+            [(key, [*cells, left(fig.short_error(exit_, width) or "-")]) for key, cells, exit_ in rows],
+        )
 
 
 def worker_job(key: str | None) -> int | None:
@@ -367,19 +458,50 @@ class ReaperPanel(Panel):
         with Horizontal(classes="spark-row"):
             yield Label("", id="reaped-label", classes="spark-label")
             yield Sparkline([], id="reaped-spark")
-        yield Table([("at", "when", True), ("by", "by", False), ("count", "jobs", True),
-                     ("dead", "dead", True), ("from", "from", False), ("ids", "ids", False)], id="reaper")
+        yield Table(
+            [
+                ("at", "when", True),
+                ("by", "by", False),
+                ("count", "jobs", True),
+                ("dead", "dead", True),
+                ("from", "from", False),
+                ("ids", "ids", False),
+            ],
+            id="reaper",
+        )
 
     def show(self, figures: Figures, view: View) -> None:
         series = figures.reaped_per_minute
         self.border_subtitle = "" if figures.reaper_passes else "no reaper has returned a job yet"
-        self.query_one("#reaped-label", Label).update(Text.assemble(
-            ("rescued", "bold"), f" {sum(series):>5,}/{len(series)}m"))
+        self.query_one("#reaped-label", Label).update(
+            Text.assemble(("rescued", "bold"), f" {sum(series):>5,}/{len(series)}m")
+        )
         self.query_one("#reaped-spark", Sparkline).data = [float(n) for n in series] if len(series) > 1 else []
-        cells = [[fig.age(fig.since(p.at, figures.now)) + " ago", p.supervisor or "-", fig.count(p.count),
-                  fig.count(p.dead), ", ".join(p.sources) or "-"] for p in figures.reaper_passes]
+        cells = [
+            [
+                fig.age(fig.since(p.at, figures.now)) + " ago",
+                p.supervisor or "-",
+                fig.count(p.count),
+                fig.count(p.dead),
+                ", ".join(p.sources) or "-",
+            ]
+            for p in figures.reaper_passes
+        ]
         width = last_column_width(self.size.width, list(zip(["when", "by", "jobs", "dead", "from"], *cells)), 8)
-        fill(self.query_one(Table), [
-            (str(p.id), [right(c[0]), left(c[1]), right(c[2]), right(c[3], view.error if p.dead else ""),
-                         left(c[4]), left(fig.id_list(p.job_ids, width))])
-            for p, c in zip(figures.reaper_passes, cells)])
+        fill(
+            self.query_one(Table),
+            [
+                (
+                    str(p.id),
+                    [
+                        right(c[0]),
+                        left(c[1]),
+                        right(c[2]),
+                        right(c[3], view.error if p.dead else ""),
+                        left(c[4]),
+                        left(fig.id_list(p.job_ids, width)),
+                    ],
+                )
+                for p, c in zip(figures.reaper_passes, cells)
+            ],
+        )

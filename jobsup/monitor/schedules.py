@@ -18,12 +18,12 @@ from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Static
 
-from jobsup.ops.cron import ScheduleState
 from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
 from jobsup.monitor.panels import fill, selected_key
 from jobsup.monitor.screens import Confirm
 from jobsup.monitor.source import Source
+from jobsup.ops.cron import ScheduleState
 
 # Keys of the schedules table, as data (the footer and a help screen can read them).
 KEYS: list[Binding] = [
@@ -35,12 +35,16 @@ KEYS: list[Binding] = [
 ]
 COLUMNS = ("name", "kind", "expression", "tz", "state", "next fire", "last fire", "last job")
 QUESTIONS = {
-    "run": ("Enqueue one job of schedule {name} now?",
-            "An ordinary job of its kind and payload, outside its fire times; the next fire stays as it was.",
-            "Yes, run now"),
-    "pause": ("Pause schedule {name}?",
-              "Every supervisor skips its fires until it is resumed; the fires meanwhile are not kept.",
-              "Yes, pause"),
+    "run": (
+        "Enqueue one job of schedule {name} now?",
+        "An ordinary job of its kind and payload, outside its fire times; the next fire stays as it was.",
+        "Yes, run now",
+    ),
+    "pause": (
+        "Pause schedule {name}?",
+        "Every supervisor skips its fires until it is resumed; the fires meanwhile are not kept.",
+        "Yes, pause",
+    ),
     "resume": ("Resume schedule {name}?", "It fires again from its next fire time on.", "Yes, resume"),
 }
 
@@ -80,9 +84,16 @@ def rows(schedules: list[ScheduleState], tz: tzinfo | None = None) -> list[tuple
     out = []
     for s in schedules:
         job = f"{s.last_job_id} {s.last_status or 'gone'}" if s.last_job_id else "-"
-        cells = [s.name, s.kind, s.expression, s.tz, s.state,
-                 "-" if s.paused or s.state == "orphaned" else _when(s.next_fire, s.now, tz),
-                 _when(s.last_fire, s.now, tz), job]
+        cells = [
+            s.name,
+            s.kind,
+            s.expression,
+            s.tz,
+            s.state,
+            "-" if s.paused or s.state == "orphaned" else _when(s.next_fire, s.now, tz),
+            _when(s.last_fire, s.now, tz),
+            job,
+        ]
         out.append((s.name, [Text(cell, style=styles.get(s.state, "")) for cell in cells]))
     return out
 
@@ -97,8 +108,15 @@ class SchedulesPanel(Vertical):
     """
     BINDINGS = KEYS
 
-    def __init__(self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, read_only: bool = False,
-                 tz: tzinfo | None = None, id: str | None = "schedules-panel") -> None:
+    def __init__(
+        self,
+        source: Source,
+        *,
+        refresh: float = fig.DEFAULT_REFRESH,
+        read_only: bool = False,
+        tz: tzinfo | None = None,
+        id: str | None = "schedules-panel",
+    ) -> None:
         super().__init__(id=id)
         self.source = source
         self.refresh_every = refresh
@@ -174,8 +192,9 @@ class SchedulesScreen(Screen[None]):
 
     BINDINGS = [Binding("escape,s", "app.pop_screen", "Close", key_display="Esc")]
 
-    def __init__(self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, read_only: bool = False,
-                 tz: tzinfo | None = None) -> None:
+    def __init__(
+        self, source: Source, *, refresh: float = fig.DEFAULT_REFRESH, read_only: bool = False, tz: tzinfo | None = None
+    ) -> None:
         super().__init__()
         self.panel = SchedulesPanel(source, refresh=refresh, read_only=read_only, tz=tz)
 

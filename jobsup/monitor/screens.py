@@ -69,24 +69,38 @@ def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None) ->
     fields.add_column(style="bold")
     fields.add_column()
     for label, value in (
-        ("status", job["status"]), ("kind", job["kind"]), ("queue", job["queue"]),
-        ("attempts", f"{job['attempts']} of {job['max_attempts']}"), ("priority", str(job["priority"])),
-        ("created", _when(job["created_at"], now, tz)), ("run at", _when(job["run_at"], now, tz)),
-        ("started", _when(job["started_at"], now, tz)), ("finished", _when(job["done_at"], now, tz)),
-        ("locked by", job["locked_by"] or "-"), ("lease until", _when(job["locked_until"], now, tz)),
+        ("status", job["status"]),
+        ("kind", job["kind"]),
+        ("queue", job["queue"]),
+        ("attempts", f"{job['attempts']} of {job['max_attempts']}"),
+        ("priority", str(job["priority"])),
+        ("created", _when(job["created_at"], now, tz)),
+        ("run at", _when(job["run_at"], now, tz)),
+        ("started", _when(job["started_at"], now, tz)),
+        ("finished", _when(job["done_at"], now, tz)),
+        ("locked by", job["locked_by"] or "-"),
+        ("lease until", _when(job["locked_until"], now, tz)),
         ("unique key", job["unique_key"] or "-"),
     ):
         fields.add_row(label, Text(str(value)))
-    parts: list[RenderableType] = [fields, Text(""), Text("payload", style="bold underline"),
-                                   Text(json.dumps(job["payload"], indent=2, ensure_ascii=False))]
+    parts: list[RenderableType] = [
+        fields,
+        Text(""),
+        Text("payload", style="bold underline"),
+        Text(json.dumps(job["payload"], indent=2, ensure_ascii=False)),
+    ]
     if job["last_error"]:
         parts += [Text(""), Text("last error", style="bold underline"), Text(job["last_error"])]
     errors = job["errors"] or []
     parts += [Text(""), Text(f"failed attempts ({len(errors)})", style="bold underline")]
     for entry in errors:
         at = fig.parse_time(entry.get("at"))
-        parts.append(Text.assemble((f"attempt {entry.get('attempt', '?')}", "bold"),
-                                   f" · {_when(at, now, tz)} · by {entry.get('by') or '-'}"))
+        parts.append(
+            Text.assemble(
+                (f"attempt {entry.get('attempt', '?')}", "bold"),
+                f" · {_when(at, now, tz)} · by {entry.get('by') or '-'}",
+            )
+        )
         parts.append(Text(str(entry.get("error") or ""), style="bold"))
         if entry.get("traceback"):
             parts.append(Text(str(entry["traceback"]).rstrip(), style="dim"))
@@ -111,8 +125,15 @@ class JobScreen(ModalScreen[str | None]):
         Binding("r", "requeue", "Requeue"),
     ]
 
-    def __init__(self, job: dict[str, Any], clock: Callable[[], datetime], *, tz: tzinfo | None = None,
-                 read_only: bool = False, tick: float = JOB_TICK) -> None:
+    def __init__(
+        self,
+        job: dict[str, Any],
+        clock: Callable[[], datetime],
+        *,
+        tz: tzinfo | None = None,
+        read_only: bool = False,
+        tick: float = JOB_TICK,
+    ) -> None:
         super().__init__()
         self.job = job
         self.clock = clock

@@ -16,15 +16,14 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsup.ops import cron
 from jobsup.db import dsn as dsns
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import DatabaseUnavailable, JobsupError, first_line
+from jobsup.monitor import figures as fig
+from jobsup.ops import cron
+from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused
 from jobsup.ops.doctor import Thresholds
 from jobsup.ops.health import health_line
-from jobsup.ops.control import JobAction, acancel, aset_paused
-from jobsup.ops.control import arequeue_dead
-from jobsup.db.sql import STATEMENTS as SQL
-from jobsup.monitor import figures as fig
 
 # The console's connections are named so an operator (or a test) can find them in pg_stat_activity.
 APPLICATION_NAME = "jobsup top"
@@ -78,8 +77,14 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
 class Source:
     """Figures of one database for `jobsup top`."""
 
-    def __init__(self, dsn: str, *, read_only: bool = False, minutes: int = fig.REAPER_MINUTES,
-                 thresholds: Thresholds = Thresholds()) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        read_only: bool = False,
+        minutes: int = fig.REAPER_MINUTES,
+        thresholds: Thresholds = Thresholds(),
+    ) -> None:
         dsns.check(dsn)
         self.dsn = dsn
         self.thresholds = thresholds  # where the health line warns: jobsup doctor's defaults
@@ -115,9 +120,13 @@ class Source:
             options += " -c default_transaction_read_only=on"
         try:
             self._conn = await psycopg.AsyncConnection.connect(
-                self.dsn, autocommit=True, connect_timeout=CONNECT_TIMEOUT,
-                application_name=APPLICATION_NAME, options=options,
-                prepare_threshold=dsns.prepare_threshold())
+                self.dsn,
+                autocommit=True,
+                connect_timeout=CONNECT_TIMEOUT,
+                application_name=APPLICATION_NAME,
+                options=options,
+                prepare_threshold=dsns.prepare_threshold(),
+            )
         except psycopg.OperationalError as exc:
             self._failed(dsns.describe_connect_error(self.dsn, exc))
         self._failures = 0
@@ -167,21 +176,50 @@ class Source:
                     await cur.execute(SQL[name], params)
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
-            ((clock,), live, totals, oldest, dead_jobs, dead_groups, supervisors, passes, per_minute,
-             (health,), paused, latency, leases, attempts) = results
-            return fig.build(clock["now"], live=live, totals=totals, oldest=oldest, dead_jobs=dead_jobs,
-                             dead_groups=dead_groups, supervisors=supervisors, passes=passes,
-                             per_minute=per_minute, minutes=self.minutes, match=match or None,
-                             health=health_line(health, self.thresholds), paused=paused,
-                             latency=latency, leases=leases, attempts=attempts)
+            (
+                (clock,),
+                live,
+                totals,
+                oldest,
+                dead_jobs,
+                dead_groups,
+                supervisors,
+                passes,
+                per_minute,
+                (health,),
+                paused,
+                latency,
+                leases,
+                attempts,
+            ) = results
+            return fig.build(
+                clock["now"],
+                live=live,
+                totals=totals,
+                oldest=oldest,
+                dead_jobs=dead_jobs,
+                dead_groups=dead_groups,
+                supervisors=supervisors,
+                passes=passes,
+                per_minute=per_minute,
+                minutes=self.minutes,
+                match=match or None,
+                health=health_line(health, self.thresholds),
+                paused=paused,
+                latency=latency,
+                leases=leases,
+                attempts=attempts,
+            )
 
         return await self._run(work)
 
     async def dead_ids(self, scope: fig.Scope) -> list[int]:
         """The ids of the dead jobs in `scope` now: what a confirmed bulk requeue will take."""
+
         async def work(conn: psycopg.AsyncConnection) -> list[int]:
-            cur = await conn.execute(SQL["console_dead_ids"], {
-                "kind": scope.kind, "error": scope.error, "by_error": scope.by_error})
+            cur = await conn.execute(
+                SQL["console_dead_ids"], {"kind": scope.kind, "error": scope.error, "by_error": scope.by_error}
+            )
             return [row[0] for row in await cur.fetchall()]
 
         return await self._run(work)
@@ -223,6 +261,7 @@ class Source:
 
     async def job(self, job_id: int) -> dict[str, Any] | None:
         """Every column of one job, for the job screen."""
+
         async def work(conn: psycopg.AsyncConnection) -> dict[str, Any] | None:
             async with conn.cursor(row_factory=dict_row) as cur:
                 await cur.execute(SQL["job"], {"id": job_id})

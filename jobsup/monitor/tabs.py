@@ -23,7 +23,16 @@ from textual.widgets import DataTable
 from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
-from jobsup.monitor.panels import DeadPanel, GroupsPanel, KindsPanel, QueuesPanel, ReaperPanel, ThroughputPanel, View, WorkersPanel
+from jobsup.monitor.panels import (
+    DeadPanel,
+    GroupsPanel,
+    KindsPanel,
+    QueuesPanel,
+    ReaperPanel,
+    ThroughputPanel,
+    View,
+    WorkersPanel,
+)
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
 # from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.
@@ -154,10 +163,14 @@ def tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: 
     for n, (tab, badge) in enumerate(tabs):
         if n:
             out.append(" ")
-        style = Style.parse(active if tab.id == shown else inactive or "none") + \
-            Style(meta={"@click": f"app.show_tab({tab.id!r})"})
+        style = Style.parse(active if tab.id == shown else inactive or "none") + Style(
+            meta={"@click": f"app.show_tab({tab.id!r})"}
+        )
         # Brackets too, not only the colour: the shown tab stays plain on a monochrome terminal.
         edges = "[]" if tab.id == shown else "  "
-        out.append(Text.assemble(f"{edges[0]}{tab.key} ", (tab.title, "bold"), f" {badge}" if badge else "",
-                                 edges[1], style=style))
+        out.append(
+            Text.assemble(
+                f"{edges[0]}{tab.key} ", (tab.title, "bold"), f" {badge}" if badge else "", edges[1], style=style
+            )
+        )
     return out

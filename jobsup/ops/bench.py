@@ -21,8 +21,8 @@ import psutil
 import psycopg
 
 from jobsup import client
-from jobsup.errors import JobsupError
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.errors import JobsupError
 
 APP = "jobsup.ops.bench_app:app"
 
@@ -77,7 +77,7 @@ def pickup(dsn: str, sizes: Sizes, connect: Callable[[str], psycopg.Connection])
     committed: dict[int, float] = {}
     with connect(dsn) as conn:
         conn.autocommit = False
-        count = lambda: conn.execute(SQL["bench_pickup_count"]).fetchone()[0]  # noqa: E731
+        count = lambda: conn.execute(SQL["bench_pickup_count"]).fetchone()[0]
         conn.execute(SQL["bench_pickup_clear"])  # the rows of an earlier run
         conn.commit()
         for _ in range(sizes.pickup_warmup):
@@ -106,9 +106,16 @@ def percentile(values: list[float], p: float) -> float:
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
 
 
-def one_run(dsn: str, procs: int, *, sizes: Sizes = Sizes(), start_args: tuple[str, ...] = (),
-            env: dict[str, str] | None = None, connect: Callable[[str], psycopg.Connection],
-            step: Callable[[str], None] = lambda _: None) -> dict[str, float]:
+def one_run(
+    dsn: str,
+    procs: int,
+    *,
+    sizes: Sizes = Sizes(),
+    start_args: tuple[str, ...] = (),
+    env: dict[str, str] | None = None,
+    connect: Callable[[str], psycopg.Connection],
+    step: Callable[[str], None] = lambda _: None,
+) -> dict[str, float]:
     """One supervisor with `procs` workers on `dsn` (migrated, with jobsup.bench_pickup): its figures.
     `step(name)` is called as each measurement begins, for a progress bar."""
     conn = connect(dsn)
@@ -116,8 +123,12 @@ def one_run(dsn: str, procs: int, *, sizes: Sizes = Sizes(), start_args: tuple[s
     env = {**os.environ, **(env or {}), "JOBSUP_BENCH_DSN": dsn}
     log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-", suffix=".log", delete=False)
     step("starting the supervisor")
-    process = subprocess.Popen([sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs),
-                                "--app", APP, *start_args], env=env, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs), "--app", APP, *start_args],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     failed = True
     try:
         sup = psutil.Process(process.pid)
@@ -149,9 +160,13 @@ def one_run(dsn: str, procs: int, *, sizes: Sizes = Sizes(), start_args: tuple[s
         else:
             os.unlink(log.name)
     return {
-        "enqueue_jobs_per_s": enqueue_rate, "noop_jobs_per_s": noop, "sleep_1ms_jobs_per_s": sleep,
-        "pickup_p50_ms": percentile(latencies, 50), "pickup_p95_ms": percentile(latencies, 95),
+        "enqueue_jobs_per_s": enqueue_rate,
+        "noop_jobs_per_s": noop,
+        "sleep_1ms_jobs_per_s": sleep,
+        "pickup_p50_ms": percentile(latencies, 50),
+        "pickup_p95_ms": percentile(latencies, 95),
         "pickup_p99_ms": percentile(latencies, 99),
-        "supervisor_cpu_of_one_core": cpu, "supervisor_cpu_of_machine": cpu / (os.cpu_count() or 1),
+        "supervisor_cpu_of_one_core": cpu,
+        "supervisor_cpu_of_machine": cpu / (os.cpu_count() or 1),
         "rss_per_worker_mb": rss,
     }

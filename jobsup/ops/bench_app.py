@@ -7,10 +7,10 @@ import time
 
 import psycopg
 
-from jobsup.db import dsn as dsns
 from jobsup.app import App
-from jobsup.job import Job
+from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.job import Job
 
 app = App()
 _conn: psycopg.Connection | None = None

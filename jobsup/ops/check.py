@@ -14,8 +14,8 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsup.durations import format_age, format_duration
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.durations import format_age, format_duration
 
 MAX_OLDEST_AGE = 300.0  # seconds; the default of --max-oldest-age
 
@@ -52,12 +52,19 @@ class Result:
 
     def summary(self) -> str:
         oldest = max(self.oldest_ready.values(), default=None)
-        return (f"ok: oldest ready job {format_age(oldest) if oldest is not None else '-'}, "
-                f"{self.dead} dead, {self.reaped_last_minute} reaped in the last minute")
+        return (
+            f"ok: oldest ready job {format_age(oldest) if oldest is not None else '-'}, "
+            f"{self.dead} dead, {self.reaped_last_minute} reaped in the last minute"
+        )
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": not self.crossed, "crossed": [asdict(c) for c in self.crossed],
-                "oldest_ready": self.oldest_ready, "dead": self.dead, "reaped_last_minute": self.reaped_last_minute}
+        return {
+            "ok": not self.crossed,
+            "crossed": [asdict(c) for c in self.crossed],
+            "oldest_ready": self.oldest_ready,
+            "dead": self.dead,
+            "reaped_last_minute": self.reaped_last_minute,
+        }
 
 
 def shown(seconds: float) -> str:
@@ -84,17 +91,36 @@ def judge(limits: Limits, oldest_ready: dict[str, float], dead: int, reaped: int
     if limits.max_oldest_age:
         for queue, age in sorted(oldest_ready.items()):
             if age > limits.max_oldest_age:
-                crossed.append(Crossed("oldest_age", age, limits.max_oldest_age,
-                                       f"queue {queue}: oldest ready job is {format_age(age)} old, over "
-                                       f"--max-oldest-age {shown(limits.max_oldest_age)}", queue))
+                crossed.append(
+                    Crossed(
+                        "oldest_age",
+                        age,
+                        limits.max_oldest_age,
+                        f"queue {queue}: oldest ready job is {format_age(age)} old, over "
+                        f"--max-oldest-age {shown(limits.max_oldest_age)}",
+                        queue,
+                    )
+                )
     where = f" in queue {limits.queue}" if limits.queue else ""
     if limits.max_dead is not None and dead > limits.max_dead:
-        crossed.append(Crossed("dead", dead, limits.max_dead,
-                               f"{dead} dead jobs{where}, over --max-dead {limits.max_dead}", limits.queue))
+        crossed.append(
+            Crossed(
+                "dead",
+                dead,
+                limits.max_dead,
+                f"{dead} dead jobs{where}, over --max-dead {limits.max_dead}",
+                limits.queue,
+            )
+        )
     if limits.max_reaped_per_min is not None and reaped > limits.max_reaped_per_min:
-        crossed.append(Crossed("reaped_per_min", reaped, limits.max_reaped_per_min,
-                               f"{reaped} jobs reaped in the last minute, over --max-reaped-per-min "
-                               f"{limits.max_reaped_per_min}"))
+        crossed.append(
+            Crossed(
+                "reaped_per_min",
+                reaped,
+                limits.max_reaped_per_min,
+                f"{reaped} jobs reaped in the last minute, over --max-reaped-per-min {limits.max_reaped_per_min}",
+            )
+        )
     return Result(crossed, oldest_ready, dead, reaped)
 
 
@@ -102,8 +128,9 @@ def check(conn: psycopg.Connection, limits: Limits) -> Result:
     """Read the three figures (a few index pages, whatever the jobs table holds) and judge them."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL["oldest_ready"])
-        oldest = {row["queue"]: row["age"] for row in cur.fetchall()
-                  if limits.queue is None or row["queue"] == limits.queue}
+        oldest = {
+            row["queue"]: row["age"] for row in cur.fetchall() if limits.queue is None or row["queue"] == limits.queue
+        }
         cur.execute(SQL["check_figures"], {"queue": limits.queue})
         row = cur.fetchone()
     return judge(limits, oldest, row["dead"], row["reaped_last_minute"])

@@ -12,8 +12,9 @@ from typing import Any
 
 import psycopg
 
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import Op, arun, run, sorted_ids
 from jobsup.errors import BadInput
-from jobsup.db.sql import STATEMENTS as SQL, Op, arun, run, sorted_ids
 
 FINISHED = ("done", "dead", "cancelled")
 
@@ -60,14 +61,17 @@ def _name(value: str | None, what: str) -> str | None:
     return value
 
 
-def _cancel_params(ids: Sequence[int] | None, kind: str | None, queue: str | None,
-                   by: str | None) -> dict[str, Any]:
+def _cancel_params(ids: Sequence[int] | None, kind: str | None, queue: str | None, by: str | None) -> dict[str, Any]:
     if (ids is None) == (kind is None):
         raise BadInput("cancel needs either --id N ... or --kind K (one of them)")
     if queue is not None and kind is None:
         raise BadInput("--queue narrows --kind; with --id the ids say which jobs")
-    return {"ids": list(ids) if ids is not None else None, "kind": _name(kind, "--kind"),
-            "queue": _name(queue, "--queue"), "by": by or operator()}
+    return {
+        "ids": list(ids) if ids is not None else None,
+        "kind": _name(kind, "--kind"),
+        "queue": _name(queue, "--queue"),
+        "by": by or operator(),
+    }
 
 
 def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobAction]:
@@ -76,8 +80,16 @@ def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobA
         if status == "cancelled":  # only a queued job is cancelled by the statement itself
             actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", "queued"))
         else:
-            actions.append(JobAction(job_id, job_kind, "requested", status, status,
-                                     f"running under {locked_by}: its supervisor stops the worker"))
+            actions.append(
+                JobAction(
+                    job_id,
+                    job_kind,
+                    "requested",
+                    status,
+                    status,
+                    f"running under {locked_by}: its supervisor stops the worker",
+                )
+            )
     done = {row[0] for row in changed}
     for job_id, (_, job_kind, status, _attempts, _waiting, _locked_by, cancelled_by) in before.items():
         if job_id not in done:
@@ -86,8 +98,14 @@ def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobA
     return sorted(actions, key=lambda a: a.id)
 
 
-def cancel(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: str | None = None,
-           queue: str | None = None, by: str | None = None) -> list[JobAction]:
+def cancel(
+    conn: psycopg.Connection,
+    *,
+    ids: Sequence[int] | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    by: str | None = None,
+) -> list[JobAction]:
     """Cancel jobs by id, or every queued and running job of `kind` (in `queue`). Queued (and
     scheduled) jobs become `cancelled` at once; a running job's supervisor is told to stop it (it then
     records `cancelled`); finished jobs are reported and left as they are. An unknown id is BadInput,
@@ -99,8 +117,14 @@ def cancel(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: 
     return _cancel_actions(before, changed)
 
 
-async def acancel(conn: psycopg.AsyncConnection, *, ids: Sequence[int] | None = None, kind: str | None = None,
-                  queue: str | None = None, by: str | None = None) -> list[JobAction]:
+async def acancel(
+    conn: psycopg.AsyncConnection,
+    *,
+    ids: Sequence[int] | None = None,
+    kind: str | None = None,
+    queue: str | None = None,
+    by: str | None = None,
+) -> list[JobAction]:
     params = _cancel_params(ids, kind, queue, by)
     async with conn.transaction():
         before = {}
@@ -161,16 +185,21 @@ def paused_queues(conn: psycopg.Connection) -> list[str]:
 
 
 def _requeue_op(ids: Sequence[int] | None, kind: str | None, error: str | None) -> Op:
-    return Op("requeue_dead", {"ids": list(ids) if ids is not None else None, "kind": kind, "error": error},
-               sorted_ids)
+    return Op("requeue_dead", {"ids": list(ids) if ids is not None else None, "kind": kind, "error": error}, sorted_ids)
 
 
-def requeue_dead(conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: str | None = None,
-                 error: str | None = None) -> list[int]:
+def requeue_dead(
+    conn: psycopg.Connection, *, ids: Sequence[int] | None = None, kind: str | None = None, error: str | None = None
+) -> list[int]:
     """Queue dead jobs again (all, or those matching ids, kind and last error), attempts reset."""
     return run(conn, _requeue_op(ids, kind, error))
 
 
-async def arequeue_dead(conn: psycopg.AsyncConnection, *, ids: Sequence[int] | None = None,
-                        kind: str | None = None, error: str | None = None) -> list[int]:
+async def arequeue_dead(
+    conn: psycopg.AsyncConnection,
+    *,
+    ids: Sequence[int] | None = None,
+    kind: str | None = None,
+    error: str | None = None,
+) -> list[int]:
     return await arun(conn, _requeue_op(ids, kind, error))

@@ -9,8 +9,8 @@ from typing import Any
 
 import psycopg
 
-from jobsup.errors import BadInput
 from jobsup.db.sql import Op, arun, run
+from jobsup.errors import BadInput
 
 # A schedule no supervisor has fired or touched for this long is shown as orphaned: no running app
 # declares it (each running scheduler touches its schedules every second).
@@ -66,6 +66,7 @@ def _one(name: str):
         if not rows:
             raise UnknownSchedule(f"no schedule named {name!r} (jobsup cron lists them)")
         return rows[0][0]
+
     return parse
 
 

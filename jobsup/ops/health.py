@@ -11,9 +11,9 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsup.ops.doctor import Thresholds, dead_share, over, too_dead
-from jobsup.durations import format_age
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.durations import format_age
+from jobsup.ops.doctor import Thresholds, dead_share, over, too_dead
 
 
 def health_line(row: dict[str, Any], thresholds: Thresholds = Thresholds()) -> str | None:
@@ -38,8 +38,9 @@ def health_line(row: dict[str, Any], thresholds: Thresholds = Thresholds()) -> s
             state = f" ({row['state']})" if row["state"] else ""
             warnings.append(f"vacuum held back {format_age(row['age'])} by pid {row['name']}{state}")
     elif row["slot"] is not None:
-        warnings.append(f"vacuum held back by inactive replication slot {row['slot']!r} "
-                        f"({row['slot_xmin_xids']:,} transactions)")
+        warnings.append(
+            f"vacuum held back by inactive replication slot {row['slot']!r} ({row['slot_xmin_xids']:,} transactions)"
+        )
     live, dead = row["live_tuples"] or 0, row["dead_tuples"] or 0
     if too_dead(live, dead, t):
         warnings.append(f"jobsup.jobs: {dead:,} dead tuples ({dead_share(live, dead):.0%})")

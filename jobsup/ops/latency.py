@@ -29,13 +29,12 @@ from jobsup.db.sql import STATEMENTS as SQL
 
 # Upper bounds of one decade's buckets, in hundredths of its unit: 1.05 to 2 by 0.05, to 5 by 0.1,
 # to 10 by 0.25. Integers, so a bound such as 2.5 ms is exact rather than 2.5 * 0.001.
-_MANTISSAS = ([105 + 5 * i for i in range(20)] + [210 + 10 * i for i in range(30)]
-              + [525 + 25 * i for i in range(20)])
+_MANTISSAS = [105 + 5 * i for i in range(20)] + [210 + 10 * i for i in range(30)] + [525 + 25 * i for i in range(20)]
 _PER_DECADE = len(_MANTISSAS)
 LOWEST_DECADE = -5  # bucket 0 is (0, 10 us]
 DECADES = 10  # up to 100,000 s (27 h); beyond is one overflow bucket
 OVERFLOW = 1 + DECADES * _PER_DECADE  # index of the bucket past the last bound
-_LOWEST = 10.0 ** LOWEST_DECADE
+_LOWEST = 10.0**LOWEST_DECADE
 
 METRICS = ("queue_latency", "run_time")
 # Minutes read back. The 1- and 5-minute windows are the current minute and the N whole minutes before
@@ -61,7 +60,7 @@ def _bound(index: int) -> float:
         return math.inf
     decade, k = divmod(index - 1, _PER_DECADE)
     exponent = LOWEST_DECADE + decade - 2  # mantissas are in hundredths
-    return _MANTISSAS[k] * 10.0 ** exponent if exponent >= 0 else _MANTISSAS[k] / 10.0 ** -exponent
+    return _MANTISSAS[k] * 10.0**exponent if exponent >= 0 else _MANTISSAS[k] / 10.0**-exponent
 
 
 _BOUNDS = [_bound(i) for i in range(OVERFLOW + 1)]  # the upper bound of each bucket, the last infinite
@@ -223,6 +222,7 @@ class Recorder:
 
 # --- reading ------------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Figures:
     """One metric of one kind over one window: how many jobs and their percentiles (seconds)."""
@@ -249,8 +249,11 @@ class KindLatency:
         return self.figures[metric][window]
 
     def to_json(self) -> dict[str, Any]:
-        return {"kind": self.kind, "rising": self.rising,
-                **{metric: {f"{w}m": vars(f) for w, f in windows.items()} for metric, windows in self.figures.items()}}
+        return {
+            "kind": self.kind,
+            "rising": self.rising,
+            **{metric: {f"{w}m": vars(f) for w, f in windows.items()} for metric, windows in self.figures.items()},
+        }
 
 
 def rising(now: Histogram, before: Histogram) -> bool:
@@ -282,8 +285,10 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[KindLatency]:
     out = []
     for kind in sorted(hists):
         by_metric = hists[kind]
-        figures = {metric: {w: Figures.of(by_metric.get(metric, {}).get(w, Histogram())) for w in WINDOWS}
-                   for metric in METRICS}
+        figures = {
+            metric: {w: Figures.of(by_metric.get(metric, {}).get(w, Histogram())) for w in WINDOWS}
+            for metric in METRICS
+        }
         latency = by_metric.get("queue_latency", {})
         out.append(KindLatency(kind, figures, rising(latency.get(1, Histogram()), latency.get("before", Histogram()))))
     return out

@@ -20,8 +20,8 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobsup.db import dsn as dsns
-from jobsup.errors import BadInput, first_line
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.errors import BadInput, first_line
 
 STATUSES = ("ready", "scheduled", "running", "dead")
 
@@ -64,17 +64,22 @@ class QueueCollector:
                 except psycopg.Error:
                     pass
             if self.last_error is None:  # once per outage, not once per scrape
-                print(f"jobsup metrics: the database did not answer: {dsns.redact(first_line(exc))}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"jobsup metrics: the database did not answer: {dsns.redact(first_line(exc))}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             self.last_error = first_line(exc)
             up.add_metric([], 0)
             yield up
             return
         up.add_metric([], 1)
         yield up
-        jobs = GaugeMetricFamily("jobsup_queue_jobs", "Jobs in the queue now, by queue, kind and status "
-                                 "(ready: runnable now; scheduled: run_at in the future)",
-                                 labels=["queue", "kind", "status"])
+        jobs = GaugeMetricFamily(
+            "jobsup_queue_jobs",
+            "Jobs in the queue now, by queue, kind and status (ready: runnable now; scheduled: run_at in the future)",
+            labels=["queue", "kind", "status"],
+        )
         counts: dict[tuple[str, str, str], int] = {}
         for row in live:
             for status in ("ready", "scheduled", "running"):
@@ -85,13 +90,19 @@ class QueueCollector:
         for (queue, kind, status), n in sorted(counts.items()):
             jobs.add_metric([queue, kind, status], n)
         yield jobs
-        age = GaugeMetricFamily("jobsup_oldest_ready_age_seconds", "Age of the oldest ready job of each "
-                                "queue (its run_at to now); absent for a queue with none", labels=["queue"])
+        age = GaugeMetricFamily(
+            "jobsup_oldest_ready_age_seconds",
+            "Age of the oldest ready job of each queue (its run_at to now); absent for a queue with none",
+            labels=["queue"],
+        )
         for row in oldest:
             age.add_metric([row["queue"]], row["age"])
         yield age
-        yield GaugeMetricFamily("jobsup_exporter_scrape_seconds", "Time this scrape took to read the figures",
-                                value=time.perf_counter() - started)
+        yield GaugeMetricFamily(
+            "jobsup_exporter_scrape_seconds",
+            "Time this scrape took to read the figures",
+            value=time.perf_counter() - started,
+        )
 
 
 def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) -> None:

@@ -42,8 +42,11 @@ class Retention:
 
     def targets(self) -> list[tuple[str, str, float]]:
         """(what, statement, window) for each kind of row that is pruned at all."""
-        found = [("done", "prune_done", self.keep_done), ("dead", "prune_dead", self.keep_dead),
-                 ("events", "prune_events", self.keep_events)]
+        found = [
+            ("done", "prune_done", self.keep_done),
+            ("dead", "prune_dead", self.keep_dead),
+            ("events", "prune_events", self.keep_events),
+        ]
         return [target for target in found if target[2] > 0]
 
 
@@ -86,8 +89,9 @@ class BatchSize:
             self.size = min(self.largest, self.size * 2)
 
 
-async def _batch(conn: psycopg.AsyncConnection, statement: str, keep: float, batch: BatchSize,
-                 wait: bool) -> int | None:
+async def _batch(
+    conn: psycopg.AsyncConnection, statement: str, keep: float, batch: BatchSize, wait: bool
+) -> int | None:
     """Delete one batch in its own transaction; None when another process has the turn."""
     async with conn.transaction():
         async with conn.cursor() as cur:
@@ -101,8 +105,15 @@ async def _batch(conn: psycopg.AsyncConnection, statement: str, keep: float, bat
             return cur.rowcount
 
 
-async def aprune(conn: psycopg.AsyncConnection, retention: Retention, *, batch: BatchSize | None = None,
-                 pause: float = 0.0, wait: bool = False, pruned: Pruned | None = None) -> Pruned:
+async def aprune(
+    conn: psycopg.AsyncConnection,
+    retention: Retention,
+    *,
+    batch: BatchSize | None = None,
+    pause: float = 0.0,
+    wait: bool = False,
+    pruned: Pruned | None = None,
+) -> Pruned:
     """Delete everything past its window, batch after batch, until none is left; what was removed.
 
     `conn` is an autocommit connection. Without `wait`, the round ends at the first batch whose turn
@@ -136,12 +147,18 @@ async def aprune(conn: psycopg.AsyncConnection, retention: Retention, *, batch: 
 
 async def aprunable(conn: psycopg.AsyncConnection, retention: Retention) -> Pruned:
     """What `aprune` would remove now, counted without removing anything."""
+
     def window(seconds: float) -> float | None:
         return seconds if seconds > 0 else None
 
     async with conn.cursor() as cur:
-        await cur.execute(SQL["prunable"], {"keep_done": window(retention.keep_done),
-                                            "keep_dead": window(retention.keep_dead),
-                                            "keep_events": retention.keep_events})
-        done, dead, events = (await cur.fetchone())  # type: ignore[misc]
+        await cur.execute(
+            SQL["prunable"],
+            {
+                "keep_done": window(retention.keep_done),
+                "keep_dead": window(retention.keep_dead),
+                "keep_events": retention.keep_events,
+            },
+        )
+        done, dead, events = await cur.fetchone()  # type: ignore[misc]
     return Pruned(done, dead, events)

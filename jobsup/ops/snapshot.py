@@ -8,15 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 import psycopg
 from psycopg.rows import dict_row
 
-from jobsup.ops.latency import KindLatency, summarize
 from jobsup.db.sql import STATEMENTS as SQL
-
+from jobsup.ops.latency import KindLatency, summarize
 
 LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
 # Read from the per-kind totals the supervisors keep; cancelled: by `jobsup cancel` or a Discard.
@@ -77,8 +76,7 @@ def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
     return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
 
 
-def counts_by_kind(live: Iterable[Mapping[str, Any]],
-                   totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
+def counts_by_kind(live: Iterable[Mapping[str, Any]], totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Counts by kind from the rows of `live_counts` (one per kind and queue) and of `kind_totals`.
 
     >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
@@ -108,11 +106,17 @@ def _jsonable(row: dict[str, Any]) -> dict[str, Any]:
 # (statement, parameters) of one snapshot, in the order build() takes them.
 def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[tuple[str, dict[str, Any]]]:
     return [
-        ("live_counts", {}), ("kind_totals", {}), ("oldest_ready", {}),
+        ("live_counts", {}),
+        ("kind_totals", {}),
+        ("oldest_ready", {}),
         ("dead_jobs", {"limit": dead_limit, "match": None}),
         ("dead_groups", {"limit": dead_limit, "match": None}),
-        ("supervisors", {}), ("recent_events", {"limit": event_limit}), ("queue_pauses", {}),
-        ("latency_read", {}), ("expiring_leases", {"limit": lease_limit}), ("attempts_histogram", {}),
+        ("supervisors", {}),
+        ("recent_events", {"limit": event_limit}),
+        ("queue_pauses", {}),
+        ("latency_read", {}),
+        ("expiring_leases", {"limit": lease_limit}),
+        ("attempts_histogram", {}),
     ]
 
 
@@ -120,11 +124,17 @@ def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
     live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts = results
     kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
-        taken_at=datetime.now(timezone.utc), kinds=kinds,
+        taken_at=datetime.now(UTC),
+        kinds=kinds,
         oldest_ready={row["queue"]: row["age"] for row in oldest},
-        dead_jobs=dead_jobs, dead_groups=dead_groups, supervisors=supervisors, events=events,
+        dead_jobs=dead_jobs,
+        dead_groups=dead_groups,
+        supervisors=supervisors,
+        events=events,
         paused_queues=paused,
-        latency=summarize(latency), expiring_leases=leases, attempts=attempts,
+        latency=summarize(latency),
+        expiring_leases=leases,
+        attempts=attempts,
     )
 
 

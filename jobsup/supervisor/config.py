@@ -57,18 +57,33 @@ class Config:
     def from_args(cls, args: argparse.Namespace) -> Config:
         queues = tuple(q.strip() for q in str(args.queues).split(",") if q.strip())
         config = cls(
-            app=args.app or "", django=args.django or "", procs=int(args.procs), queues=queues,
-            batch=int(args.batch), prefetch=int(args.prefetch), lease=float(args.lease),
+            app=args.app or "",
+            django=args.django or "",
+            procs=int(args.procs),
+            queues=queues,
+            batch=int(args.batch),
+            prefetch=int(args.prefetch),
+            lease=float(args.lease),
             timeout=float(args.timeout),
-            shutdown_timeout=float(args.shutdown_timeout), reap_interval=float(args.reap_interval),
-            poll_interval=float(args.poll_interval), flush_interval=float(args.flush_interval),
-            heartbeat_interval=float(args.heartbeat_interval), max_jobs_per_proc=int(args.max_jobs_per_proc),
-            max_memory_mb=int(args.max_memory), backoff_base=float(args.backoff_base),
-            backoff_cap=float(args.backoff_cap), backoff_jitter=float(args.backoff_jitter),
-            log_format=args.log_format, log_level=args.log_level, keep_done=float(args.keep_done),
-            keep_dead=float(args.keep_dead), prune_interval=float(args.prune_interval),
-            pooler=args.pooler or "none", listen_dsn=args.listen_dsn or "",
-            metrics_port=int(args.metrics_port), metrics_host=args.metrics_host or "localhost",
+            shutdown_timeout=float(args.shutdown_timeout),
+            reap_interval=float(args.reap_interval),
+            poll_interval=float(args.poll_interval),
+            flush_interval=float(args.flush_interval),
+            heartbeat_interval=float(args.heartbeat_interval),
+            max_jobs_per_proc=int(args.max_jobs_per_proc),
+            max_memory_mb=int(args.max_memory),
+            backoff_base=float(args.backoff_base),
+            backoff_cap=float(args.backoff_cap),
+            backoff_jitter=float(args.backoff_jitter),
+            log_format=args.log_format,
+            log_level=args.log_level,
+            keep_done=float(args.keep_done),
+            keep_dead=float(args.keep_dead),
+            prune_interval=float(args.prune_interval),
+            pooler=args.pooler or "none",
+            listen_dsn=args.listen_dsn or "",
+            metrics_port=int(args.metrics_port),
+            metrics_host=args.metrics_host or "localhost",
         )
         config.validate()
         return config
@@ -82,8 +97,7 @@ class Config:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
             raise BadInput("--prefetch, --max-jobs-per-proc and --max-memory cannot be negative")
-        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval",
-                     "prune_interval"):
+        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval", "prune_interval"):
             if getattr(self, name) <= 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
         if not 0 <= self.backoff_jitter <= 1:

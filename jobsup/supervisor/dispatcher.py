@@ -17,11 +17,11 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 
 from jobsup.db import lifecycle
+from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.job import Job
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
-from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
-from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import Keeper, Worker
 from jobsup.supervisor.keys import ClaimKeys
@@ -124,8 +124,16 @@ class FinishingRate:
 
 
 class Dispatcher:
-    def __init__(self, config: Config, log: EventLog, supervisor_id: str, keeper: Keeper,
-                 claims: Link, writes: Link, tally: Tally | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        log: EventLog,
+        supervisor_id: str,
+        keeper: Keeper,
+        claims: Link,
+        writes: Link,
+        tally: Tally | None = None,
+    ) -> None:
         self.config = config
         self.log = log
         self.id = supervisor_id
@@ -188,16 +196,32 @@ class Dispatcher:
             if answer.value is not None:
                 self.return_values[job.id] = answer.value
         elif isinstance(record, Failure):  # a RetryAfter too
-            self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
-                           attempt=job.attempts, pid=worker.pid, error=answer.error)
+            self.log.alike(
+                "job.failed",
+                "warning",
+                like=_ALIKE,
+                job=job.id,
+                kind=job.kind,
+                attempt=job.attempts,
+                pid=worker.pid,
+                error=answer.error,
+            )
             self.fail_buffer.append(record)
         elif isinstance(record, Snoozed):
-            self.log("job.snoozed", "debug", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
-                     delay=f"{record.delay:g}s")
+            self.log(
+                "job.snoozed",
+                "debug",
+                job=job.id,
+                kind=job.kind,
+                attempt=job.attempts,
+                pid=worker.pid,
+                delay=f"{record.delay:g}s",
+            )
             self.snooze_buffer.append(record)
         else:  # a Discard
-            self.log("job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid,
-                     error=answer.error)
+            self.log(
+                "job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, error=answer.error
+            )
             self.cancel_buffer.append(record)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
@@ -257,8 +281,7 @@ class Dispatcher:
                 continue
             for worker in self.keeper.all_processes():
                 if worker.job is not None and worker.job.id == job_id:
-                    self.log("job.cancelling", job=job.id, kind=job.kind, attempt=job.attempts,
-                             pid=worker.pid, by=by)
+                    self.log("job.cancelling", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, by=by)
                     if worker.stop_reason is None:  # one being stopped already (a timeout) is let be
                         self.keeper.interrupt(worker, f"cancelled by {by}")
                     break
@@ -352,8 +375,12 @@ class Dispatcher:
             threshold = 1
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, min(self.config.batch, (self.config.procs + self.prefetch()) // 2))
-            if self.more and want >= threshold and self.keeper.ever_ready \
-                    and not (self.paused and self.paused.issuperset(self.config.queues)):
+            if (
+                self.more
+                and want >= threshold
+                and self.keeper.ever_ready
+                and not (self.paused and self.paused.issuperset(self.config.queues))
+            ):
                 pokes = self.pokes
                 keys = self.keys.for_claim()
                 keyed = bool(keys)
@@ -402,11 +429,14 @@ class Dispatcher:
                 released = await lifecycle.arelease_orphans(conn, self.id, list(self.held))
                 self.orphans_possible = False
                 if released:
-                    self.log("jobs.released", reason="claim answer lost with the connection",
-                             count=len(released), ids=released)
+                    self.log(
+                        "jobs.released",
+                        reason="claim answer lost with the connection",
+                        count=len(released),
+                        ids=released,
+                    )
             # Paused queues are left out of the claim's list: no pause costs the claim nothing.
-            queues = self.config.queues if not self.paused else [q for q in self.config.queues
-                                                                  if q not in self.paused]
+            queues = self.config.queues if not self.paused else [q for q in self.config.queues if q not in self.paused]
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
                 return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys)
             # Through a transaction pooler there is no session to hold it: the claim's own
@@ -429,8 +459,15 @@ class Dispatcher:
             if self.stopping or (self.paused and job.queue in self.paused):  # paused while the claim ran
                 self.release_buffer.append((job, None))
             elif kinds is not None and job.kind not in kinds:
-                self.log.alike("job.failed", "warning", like=_ALIKE, job=job.id, kind=job.kind,
-                               attempt=job.attempts, error=f"no handler for {job.kind}")
+                self.log.alike(
+                    "job.failed",
+                    "warning",
+                    like=_ALIKE,
+                    job=job.id,
+                    kind=job.kind,
+                    attempt=job.attempts,
+                    error=f"no handler for {job.kind}",
+                )
                 self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
             else:
                 ready.append(job)
@@ -472,8 +509,13 @@ class Dispatcher:
     # --- writing outcomes -------------------------------------------------------------------
 
     def buffered(self) -> int:
-        return (len(self.done_buffer) + len(self.fail_buffer) + len(self.release_buffer)
-                + len(self.snooze_buffer) + len(self.cancel_buffer))
+        return (
+            len(self.done_buffer)
+            + len(self.fail_buffer)
+            + len(self.release_buffer)
+            + len(self.snooze_buffer)
+            + len(self.cancel_buffer)
+        )
 
     async def flush_loop(self) -> None:
         while True:
@@ -486,9 +528,11 @@ class Dispatcher:
             # jobs of a burst): a flush with nothing else to write takes them when they are due.
             due = self.latency.due_in(asyncio.get_running_loop().time())
             if due is not None and self._latency_timer is None:
+
                 def wake() -> None:
                     self._latency_timer = None
                     self.flush_wakeup.set()
+
                 self._latency_timer = asyncio.get_running_loop().call_later(due, wake)
 
     async def flush(self, *, deadline: float | None = None) -> None:
@@ -548,23 +592,39 @@ class Dispatcher:
             await self._write_failure_chunk(chunk, deadline)
 
     async def _write_failure_chunk(self, failures: list[Failure], deadline: float | None) -> None:
-        outcomes = await self._write(lambda c: lifecycle.afail(
-            c, failures, self.id, backoff_base=self.config.backoff_base,
-            backoff_cap=self.config.backoff_cap, jitter=self.config.backoff_jitter), deadline)
+        outcomes = await self._write(
+            lambda c: lifecycle.afail(
+                c,
+                failures,
+                self.id,
+                backoff_base=self.config.backoff_base,
+                backoff_cap=self.config.backoff_cap,
+                jitter=self.config.backoff_jitter,
+            ),
+            deadline,
+        )
         by_id = {o.id: o for o in outcomes}
         if self.tally is not None:
             for outcome in outcomes:
                 job = self.held.get(outcome.id)
                 if job is not None:
                     # a failure of a job whose cancel was requested is written cancelled
-                    self.tally.outcome(job.kind, outcome.status if outcome.status in ("dead", "cancelled")
-                                       else "failed")
+                    self.tally.outcome(
+                        job.kind, outcome.status if outcome.status in ("dead", "cancelled") else "failed"
+                    )
         for failure in failures:
             outcome = by_id.get(failure.id)
             job = self.held.get(failure.id)
             if outcome is not None and outcome.status == "dead" and job is not None:
-                self.log.alike("job.dead", "warning", like=_ALIKE, job=job.id, kind=job.kind,
-                               attempt=job.attempts, error=failure.error)
+                self.log.alike(
+                    "job.dead",
+                    "warning",
+                    like=_ALIKE,
+                    job=job.id,
+                    kind=job.kind,
+                    attempt=job.attempts,
+                    error=failure.error,
+                )
             elif outcome is not None and outcome.run_at is not None:
                 self.note_run_at(outcome.run_at.timestamp())
         self._forget([self.held[f.id] for f in failures if f.id in self.held], list(by_id), "failed")
@@ -578,8 +638,9 @@ class Dispatcher:
                 self._tally_written([j for j, _ in chunk], written, "released")
             for job, reason in chunk:
                 if reason is not None:
-                    self.log("job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                             reason=reason)
+                    self.log(
+                        "job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts, reason=reason
+                    )
             self._forget([j for j, _ in chunk], written, "released")
 
     async def _write_snoozes(self, snoozes: list[Snoozed], deadline: float | None) -> None:
@@ -593,8 +654,7 @@ class Dispatcher:
             for outcome in outcomes:
                 if outcome.status == "queued" and outcome.run_at is not None:
                     self.note_run_at(outcome.run_at.timestamp())
-            self._forget([self.held[s.id] for s in chunk if s.id in self.held], [o.id for o in outcomes],
-                         "snoozed")
+            self._forget([self.held[s.id] for s in chunk if s.id in self.held], [o.id for o in outcomes], "snoozed")
 
     async def _write_cancels(self, cancels: list[Cancel], deadline: float | None) -> None:
         for chunk in _chunks(cancels):
@@ -670,7 +730,8 @@ class Dispatcher:
         try:
             ids, requests = await self.writes.run(
                 lambda c: lifecycle.arenew(c, pairs, self.id, self.config.lease),
-                deadline=asyncio.get_running_loop().time() + self.config.lease / 3)
+                deadline=asyncio.get_running_loop().time() + self.config.lease / 3,
+            )
         except LOST:
             return  # the next round tries again
         renewed = set(ids)
@@ -693,10 +754,12 @@ class Dispatcher:
 
 def _carrying(latency: dict[str, list], write):
     """`write` with the `latency_merge` of `latency` sent ahead of it, in one round trip."""
+
     async def carried(conn):
         async with conn.pipeline():
             await conn.execute(SQL["latency_merge"], latency)
             return await write(conn)
+
     return carried
 
 
@@ -705,4 +768,4 @@ def _chunks(items: list, size: int = WRITE_MAX) -> list[list]:
     >>> _chunks([1, 2, 3], 2)
     [[1, 2], [3]]
     """
-    return [items[i:i + size] for i in range(0, len(items), size)]
+    return [items[i : i + size] for i in range(0, len(items), size)]

@@ -157,10 +157,12 @@ class Keeper:
         # Two one-way pipes: a pipe costs less per message than the socket pair of a duplex Pipe.
         their_inbox, inbox = self.ctx.Pipe(duplex=False)
         outbox, their_outbox = self.ctx.Pipe(duplex=False)
-        process = self.ctx.Process(target=worker_main, name=f"jobsup-worker-{slot.index}",
-                                   args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd(),
-                                         self.config.django),
-                                   daemon=False)
+        process = self.ctx.Process(
+            target=worker_main,
+            name=f"jobsup-worker-{slot.index}",
+            args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd(), self.config.django),
+            daemon=False,
+        )
         process.start()
         their_inbox.close()  # so our end reads EOF the moment the worker is gone
         their_outbox.close()
@@ -246,8 +248,12 @@ class Keeper:
                 self.kinds = frozenset(kinds) if kinds is not None else None
                 self.timeouts = dict(timeouts)
                 self.schedules = list(schedules)
-                self.log("app.loaded", app=self.config.app or None, django=self.config.django or None,
-                         kinds=sorted(kinds) if kinds is not None else "any")
+                self.log(
+                    "app.loaded",
+                    app=self.config.app or None,
+                    django=self.config.django or None,
+                    kinds=sorted(kinds) if kinds is not None else "any",
+                )
             self.log("worker.ready", "debug", pid=pid, slot=worker.slot)
             if self.stopping:
                 self.stop_worker(worker)
@@ -275,8 +281,16 @@ class Keeper:
         worker.jobs.clear()
         job = jobs[0] if jobs else None
         if job is not None:
-            self.log("worker.died", "warning", job=job.id, kind=job.kind, attempt=job.attempts,
-                     pid=worker.pid, slot=worker.slot, cause=cause)
+            self.log(
+                "worker.died",
+                "warning",
+                job=job.id,
+                kind=job.kind,
+                attempt=job.attempts,
+                pid=worker.pid,
+                slot=worker.slot,
+                cause=cause,
+            )
             slot.last_exit = cause
             self.on_lost(worker, job, cause, jobs[1:])
         elif retired or worker.state == "stopping":
@@ -287,8 +301,9 @@ class Keeper:
             self.log("worker.start_failed", "error", pid=worker.pid, slot=worker.slot, cause=cause)
             # A bad --app fails the same way in every worker: one report is enough. A worker that dies
             # at start without saying why is tried a few times in each slot first.
-            if not self.ever_ready and (worker.stop_reason is not None
-                                        or sum(s.start_failures for s in self.slots) >= 3 * len(self.slots)):
+            if not self.ever_ready and (
+                worker.stop_reason is not None or sum(s.start_failures for s in self.slots) >= 3 * len(self.slots)
+            ):
                 self.on_fatal(cause)
                 return
         else:
@@ -343,8 +358,15 @@ class Keeper:
             elif worker.state == "busy" and worker.job is not None and worker.stop_reason is None:
                 limit = self.timeout_of(worker.job.kind)
                 if now - worker.job_started > limit:
-                    self.log("job.timed_out", "warning", job=worker.job.id, kind=worker.job.kind,
-                             attempt=worker.job.attempts, pid=worker.pid, limit=f"{limit:g}s")
+                    self.log(
+                        "job.timed_out",
+                        "warning",
+                        job=worker.job.id,
+                        kind=worker.job.kind,
+                        attempt=worker.job.attempts,
+                        pid=worker.pid,
+                        limit=f"{limit:g}s",
+                    )
                     self.interrupt(worker, f"timed out after {limit:g}s")
 
     def interrupt(self, worker: Worker, reason: str) -> None:
@@ -404,10 +426,18 @@ class Keeper:
                 elif worker.state == "busy" and worker.rss > 2 * limit and worker.stop_reason is None:
                     # Between jobs is the polite time to recycle; a job that doubles the limit is not
                     # let run until the kernel's OOM killer picks a victim on its own.
-                    self.log("worker.over_memory", "warning", job=worker.job.id if worker.job else None,
-                             pid=worker.pid, rss_mb=worker.rss // 2**20)
-                    self.interrupt(worker, f"worker killed: rss {worker.rss // 2**20} MB over twice "
-                                           f"--max-memory {self.config.max_memory_mb} MB")
+                    self.log(
+                        "worker.over_memory",
+                        "warning",
+                        job=worker.job.id if worker.job else None,
+                        pid=worker.pid,
+                        rss_mb=worker.rss // 2**20,
+                    )
+                    self.interrupt(
+                        worker,
+                        f"worker killed: rss {worker.rss // 2**20} MB over twice "
+                        f"--max-memory {self.config.max_memory_mb} MB",
+                    )
 
     def all_processes(self) -> list[Worker]:
         return list(self.workers.values()) + list(self.retiring)

@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterable, Sequence
 
 from jobsup.db import lifecycle
-from jobsup.job import Job
 from jobsup.db.lifecycle import ClaimKey
+from jobsup.job import Job
 
 
 class ClaimKeys:

@@ -27,8 +27,16 @@ LOST = (psycopg.OperationalError, psycopg.InterfaceError)
 
 
 class Link:
-    def __init__(self, dsn: str, name: str, log: EventLog, settings: dict[str, str], *,
-                 pooled: bool = False, json_as_text: bool = False) -> None:
+    def __init__(
+        self,
+        dsn: str,
+        name: str,
+        log: EventLog,
+        settings: dict[str, str],
+        *,
+        pooled: bool = False,
+        json_as_text: bool = False,
+    ) -> None:
         self.dsn = dsn
         self.name = name
         self.log = log
@@ -56,8 +64,13 @@ class Link:
         while True:
             try:
                 self.conn = await psycopg.AsyncConnection.connect(
-                    self.dsn, autocommit=True, connect_timeout=5, application_name=f"jobsup {self.name}",
-                    options=self.options, prepare_threshold=None if self.pooled else 5)
+                    self.dsn,
+                    autocommit=True,
+                    connect_timeout=5,
+                    application_name=f"jobsup {self.name}",
+                    options=self.options,
+                    prepare_threshold=None if self.pooled else 5,
+                )
                 if self.json_as_text:
                     for name in ("json", "jsonb"):
                         self.conn.adapters.register_loader(name, TextLoader)
@@ -72,15 +85,19 @@ class Link:
                 self.failed_tries += 1
                 # Said at once, then about once a minute while it lasts, not at every try.
                 if self.failed_tries == 1 or self.failed_tries % 30 == 0:
-                    self.log("db.unavailable", "warning", link=self.name, tries=self.failed_tries,
-                             error=describe_connect_error(self.dsn, exc))
+                    self.log(
+                        "db.unavailable",
+                        "warning",
+                        link=self.name,
+                        tries=self.failed_tries,
+                        error=describe_connect_error(self.dsn, exc),
+                    )
                 if deadline is not None and loop.time() + delay > deadline:
                     raise
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RECONNECT_MAX)
 
-    async def run(self, op: Callable[[psycopg.AsyncConnection], Awaitable[T]], *,
-                  deadline: float | None = None) -> T:
+    async def run(self, op: Callable[[psycopg.AsyncConnection], Awaitable[T]], *, deadline: float | None = None) -> T:
         """`op(conn)`, again on a new connection if the old one broke. Only for idempotent work:
         every outcome write is fenced, so applying it twice changes nothing the second time."""
         async with self.lock:

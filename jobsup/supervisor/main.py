@@ -6,8 +6,8 @@ import asyncio
 import signal
 
 from jobsup.db import dsn as dsns
-from jobsup.errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from jobsup.db.migrate import require_schema
+from jobsup.errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import TERMINAL_SIGNALS
 from jobsup.supervisor.log import EventLog

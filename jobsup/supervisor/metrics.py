@@ -25,8 +25,30 @@ if TYPE_CHECKING:
 
 # `le` bounds of every histogram: 1, 2.5 and 5 of each decade, each a bound of jobsup.latency's fine
 # buckets, so the counts below each are exact.
-BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0,
-           50.0, 100.0, 250.0, 500.0, 1000.0, 2500.0, 5000.0)
+BUCKETS = (
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    25.0,
+    50.0,
+    100.0,
+    250.0,
+    500.0,
+    1000.0,
+    2500.0,
+    5000.0,
+)
 # A request must arrive whole within this long; a probe that sends nothing is cut off.
 REQUEST_TIMEOUT = 5.0
 # /healthz turns 503 when the last answer of the database (the heartbeat's) is older than this many
@@ -82,15 +104,27 @@ class _Collector:
         tally = sup.tally
         if d is None or tally is None:
             return
-        jobs = CounterMetricFamily("jobsup_jobs", "Jobs whose outcome this supervisor wrote, by kind and "
-                                   "outcome (done, failed: to be retried, dead, released)", labels=["kind", "outcome"])
+        jobs = CounterMetricFamily(
+            "jobsup_jobs",
+            "Jobs whose outcome this supervisor wrote, by kind and "
+            "outcome (done, failed: to be retried, dead, released)",
+            labels=["kind", "outcome"],
+        )
         for (kind, outcome), n in sorted(tally.outcomes.items()):
             jobs.add_metric([kind, outcome], n)
         yield jobs
-        for metric, name, text in (("run_time", "jobsup_run_time_seconds", "Run time of finished attempts, "
-                                    "from handing the job to a worker to its outcome"),
-                                   ("queue_latency", "jobsup_queue_latency_seconds", "Queue latency of finished "
-                                    "attempts: started_at - run_at")):
+        for metric, name, text in (
+            (
+                "run_time",
+                "jobsup_run_time_seconds",
+                "Run time of finished attempts, from handing the job to a worker to its outcome",
+            ),
+            (
+                "queue_latency",
+                "jobsup_queue_latency_seconds",
+                "Queue latency of finished attempts: started_at - run_at",
+            ),
+        ):
             family = HistogramMetricFamily(name, text, labels=["kind"])
             for (kind, m), h in d.latency.histograms().items():
                 if m == metric:
@@ -103,31 +137,40 @@ class _Collector:
         for state, n in states.items():
             workers.add_metric([state], n)
         yield workers
-        restarts = CounterMetricFamily("jobsup_worker_restarts", "Worker processes replaced, by cause",
-                                       labels=["cause"])
+        restarts = CounterMetricFamily(
+            "jobsup_worker_restarts", "Worker processes replaced, by cause", labels=["cause"]
+        )
         for cause, n in sorted(sup.keeper.restarts_by_cause.items()):
             restarts.add_metric([cause], n)
         yield restarts
-        rss = GaugeMetricFamily("jobsup_worker_rss_bytes", "Resident memory of each worker, sampled with "
-                                "the heartbeat", labels=["slot"])
+        rss = GaugeMetricFamily(
+            "jobsup_worker_rss_bytes", "Resident memory of each worker, sampled with the heartbeat", labels=["slot"]
+        )
         for worker in sup.keeper.workers.values():
             rss.add_metric([str(worker.slot)], worker.rss)
         yield rss
-        yield CounterMetricFamily("jobsup_jobs_reaped", "Jobs this supervisor's reaper returned to the "
-                                  "queue or buried (their lease had expired)", value=tally.reaped)
+        yield CounterMetricFamily(
+            "jobsup_jobs_reaped",
+            "Jobs this supervisor's reaper returned to the queue or buried (their lease had expired)",
+            value=tally.reaped,
+        )
         yield CounterMetricFamily("jobsup_claimed_jobs", "Jobs the claim statements took", value=tally.claimed)
         for name, what, count, seconds in (
-                ("claim", "Claim statements", tally.claims, tally.claim_seconds),
-                ("outcome_write", "Outcome statements (done, failed, released)", tally.writes, tally.write_seconds)):
+            ("claim", "Claim statements", tally.claims, tally.claim_seconds),
+            ("outcome_write", "Outcome statements (done, failed, released)", tally.writes, tally.write_seconds),
+        ):
             yield CounterMetricFamily(f"jobsup_{name}s", what, value=count)
-            took = HistogramMetricFamily(f"jobsup_{name}_duration_seconds",
-                                         f"{what}: the time of each, round trip included")
+            took = HistogramMetricFamily(
+                f"jobsup_{name}_duration_seconds", f"{what}: the time of each, round trip included"
+            )
             _histogram(took, [], seconds)
             yield took
-        yield CounterMetricFamily("jobsup_notify_wakeups", "NOTIFYs that woke the claim loop",
-                                  value=tally.wakeups)
-        reconnects = CounterMetricFamily("jobsup_db_reconnects", "Connections to the database opened again "
-                                         "after one was lost, by the supervisor's link", labels=["link"])
+        yield CounterMetricFamily("jobsup_notify_wakeups", "NOTIFYs that woke the claim loop", value=tally.wakeups)
+        reconnects = CounterMetricFamily(
+            "jobsup_db_reconnects",
+            "Connections to the database opened again after one was lost, by the supervisor's link",
+            labels=["link"],
+        )
         for name, link in sorted(sup.links.items()):
             reconnects.add_metric([name], link.reconnects)
         yield reconnects
@@ -170,12 +213,12 @@ async def serve(sock: socket.socket, sup: Supervisor) -> None:
         await server.serve_forever()
 
 
-_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed",
-            503: "Service Unavailable"}
+_REASONS = {200: "OK", 400: "Bad Request", 404: "Not Found", 405: "Method Not Allowed", 503: "Service Unavailable"}
 
 
-async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  routes: dict[str, Callable[[], tuple[int, str, bytes]]]) -> None:
+async def _answer(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, routes: dict[str, Callable[[], tuple[int, str, bytes]]]
+) -> None:
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
         method, _, rest = head.decode("latin-1").partition(" ")
@@ -187,12 +230,14 @@ async def _answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
             status, kind, body = 404, "text/plain", b"/metrics or /healthz\n"
         else:
             status, kind, body = route()
-        writer.write(f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {kind}\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode())
+        writer.write(
+            f"HTTP/1.1 {status} {_REASONS[status]}\r\nContent-Type: {kind}\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+        )
         if method != "HEAD":
             writer.write(body)
         await writer.drain()
-    except (asyncio.TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
+    except (TimeoutError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError):
         pass
     finally:
         writer.close()

@@ -10,10 +10,10 @@ import asyncio
 
 import psycopg
 
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import first_line
 from jobsup.ops.latency import KEEP_PERIODS
 from jobsup.ops.prune import BatchSize, Pruned, Retention, aprune
-from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.link import Link
 from jobsup.supervisor.log import EventLog

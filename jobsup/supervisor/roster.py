@@ -28,8 +28,9 @@ FORGET_STALE_AFTER = 300.0
 async def forget_gone(conn: psycopg.AsyncConnection, own_id: str) -> list[str]:
     """Delete the rows of supervisors that are gone; their ids."""
     host = socket.gethostname()
-    cur = await conn.execute(SQL["silent_supervisors_of_host"],
-                             {"host": host, "id": own_id, "older_than": FORGET_GONE_AFTER})
+    cur = await conn.execute(
+        SQL["silent_supervisors_of_host"], {"host": host, "id": own_id, "older_than": FORGET_GONE_AFTER}
+    )
     ended = [sup_id for sup_id, pid in await cur.fetchall() if not psutil.pid_exists(pid)]
     forgotten: list[str] = []
     if ended:

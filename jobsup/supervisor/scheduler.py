@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
 from jobsup import client
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import first_line
 from jobsup.job import JobSpec
 from jobsup.schedule import Schedule
-from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Wakeup
 from jobsup.supervisor.keeper import Keeper
@@ -44,7 +44,7 @@ ALIVE_AFTER = 5.0
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat()
+    return moment.astimezone(UTC).isoformat()
 
 
 def unique_key(name: str, fire: datetime) -> str:
@@ -64,7 +64,7 @@ def choose(schedule: Schedule, due: list[datetime], catch_up: bool) -> list[date
         return []
     if schedule.missed == "latest":
         return due[-1:]
-    return due[-schedule.missed_limit:]
+    return due[-schedule.missed_limit :]
 
 
 class Scheduler:
@@ -127,10 +127,20 @@ class Scheduler:
     async def _declare(self, conn: psycopg.AsyncConnection, schedules: list[Schedule]) -> None:
         async with conn.transaction():
             for s in schedules:
-                await conn.execute(SQL["schedule_declare"], {
-                    "name": s.name, "kind": s.kind, "expression": s.expression, "tz": s.tz,
-                    "payload": Jsonb(s.payload or {}), "queue": s.queue, "priority": s.priority,
-                    "max_attempts": s.max_attempts, "missed": s.missed})
+                await conn.execute(
+                    SQL["schedule_declare"],
+                    {
+                        "name": s.name,
+                        "kind": s.kind,
+                        "expression": s.expression,
+                        "tz": s.tz,
+                        "payload": Jsonb(s.payload or {}),
+                        "queue": s.queue,
+                        "priority": s.priority,
+                        "max_attempts": s.max_attempts,
+                        "missed": s.missed,
+                    },
+                )
 
     async def _touch(self, names: list[str]) -> None:
         sent = asyncio.get_running_loop().time()
@@ -169,11 +179,22 @@ class Scheduler:
             reached, fire = expected
             next_fire = schedule.next_fire(fire)
             sent = loop.time()
-            cur = await conn.execute(SQL["schedule_fire_next"], {
-                "name": schedule.name, "prev": reached, "fire": fire, "next_fire": next_fire, "me": self.me,
-                "kind": schedule.kind, "payload": json.dumps(self._payload(schedule, fire)),
-                "queue": schedule.queue, "priority": schedule.priority, "max_attempts": schedule.max_attempts,
-                "unique_key": unique_key(schedule.name, fire)})
+            cur = await conn.execute(
+                SQL["schedule_fire_next"],
+                {
+                    "name": schedule.name,
+                    "prev": reached,
+                    "fire": fire,
+                    "next_fire": next_fire,
+                    "me": self.me,
+                    "kind": schedule.kind,
+                    "payload": json.dumps(self._payload(schedule, fire)),
+                    "queue": schedule.queue,
+                    "priority": schedule.priority,
+                    "max_attempts": schedule.max_attempts,
+                    "unique_key": unique_key(schedule.name, fire),
+                },
+            )
             row = await cur.fetchone()
             if row is not None:
                 job_id, clock = row
@@ -184,8 +205,7 @@ class Scheduler:
             # Not ours to take (another supervisor did, or it is paused, or not yet due): the full pass.
         async with conn.transaction():
             sent = loop.time()
-            cur = await conn.execute(SQL["schedule_lock"], {"name": schedule.name, "me": self.me,
-                                                           "alive": self.alive})
+            cur = await conn.execute(SQL["schedule_lock"], {"name": schedule.name, "me": self.me, "alive": self.alive})
             row = await cur.fetchone()
             if row is None:  # removed by hand while we ran: declared again, fired at the next pass
                 await self._declare(conn, [schedule])
@@ -195,20 +215,43 @@ class Scheduler:
             due, _ = schedule.due(fired_through, now, ON_TIME_CAP)
             late = catch_up and not watched
             fires = [] if paused else choose(schedule, due, late)
-            ids = await client.aenqueue_many(conn, [JobSpec(
-                schedule.kind, self._payload(schedule, fire),
-                queue=schedule.queue, priority=schedule.priority, max_attempts=schedule.max_attempts,
-                unique_key=unique_key(schedule.name, fire)) for fire in fires])
+            ids = await client.aenqueue_many(
+                conn,
+                [
+                    JobSpec(
+                        schedule.kind,
+                        self._payload(schedule, fire),
+                        queue=schedule.queue,
+                        priority=schedule.priority,
+                        max_attempts=schedule.max_attempts,
+                        unique_key=unique_key(schedule.name, fire),
+                    )
+                    for fire in fires
+                ],
+            )
             next_fire = schedule.next_fire(now)
             enqueued = [(fire, job_id) for fire, job_id in zip(fires, ids) if job_id is not None]
-            await conn.execute(SQL["schedule_fired"], {
-                "name": schedule.name, "me": self.me, "through": now, "next_fire": next_fire,
-                "last_fire": enqueued[-1][0] if enqueued else None,
-                "last_job_id": enqueued[-1][1] if enqueued else None})
+            await conn.execute(
+                SQL["schedule_fired"],
+                {
+                    "name": schedule.name,
+                    "me": self.me,
+                    "through": now,
+                    "next_fire": next_fire,
+                    "last_fire": enqueued[-1][0] if enqueued else None,
+                    "last_job_id": enqueued[-1][1] if enqueued else None,
+                },
+            )
         self.expected[schedule.name] = (now, next_fire)
         if late and due:
-            self.log("schedule.missed", schedule=schedule.name, policy=schedule.missed, missed=len(due),
-                     enqueued=len(enqueued), through=_iso(now))
+            self.log(
+                "schedule.missed",
+                schedule=schedule.name,
+                policy=schedule.missed,
+                missed=len(due),
+                enqueued=len(enqueued),
+                through=_iso(now),
+            )
         for fire, job_id in enqueued:
             self.log("schedule.fired", "debug", schedule=schedule.name, fire_at=_iso(fire), job=job_id)
         if paused and due:

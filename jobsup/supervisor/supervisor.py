@@ -9,7 +9,7 @@ import secrets
 import signal
 import socket
 from dataclasses import replace
-from datetime import datetime, timezone
+from datetime import UTC, datetime, timezone
 
 import psycopg
 from psycopg.types.json import Jsonb
@@ -17,8 +17,8 @@ from psycopg.types.json import Jsonb
 from jobsup import __version__
 from jobsup.db import lifecycle
 from jobsup.db.dsn import redact
-from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
 from jobsup.supervisor.keeper import Keeper, Worker
@@ -66,8 +66,9 @@ class Supervisor:
         self.config = config
         self.log = log
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
-        self.keeper = Keeper(config, log, on_ready=self._worker_ready, on_outcome=self._outcome,
-                             on_lost=self._lost, on_fatal=self._fatal)
+        self.keeper = Keeper(
+            config, log, on_ready=self._worker_ready, on_outcome=self._outcome, on_lost=self._lost, on_fatal=self._fatal
+        )
         self.dispatcher: Dispatcher | None = None
         self.signals: list[str] = []
         self.stop_wakeup = Wakeup()
@@ -117,8 +118,9 @@ class Supervisor:
         self.keeper.attach(loop)
         pooled = self.config.pooled
         self.links = {name: Link(dsn, name, self.log, SESSION, pooled=pooled) for name in ("writes", "house", "prune")}
-        self.links["claims"] = Link(dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled,
-                                    json_as_text=True)  # payloads are parsed by the workers
+        self.links["claims"] = Link(
+            dsn, "claims", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled, json_as_text=True
+        )  # payloads are parsed by the workers
         # Connects only if the app has schedules. A fire's job and its watermark commit together, so an
         # unflushed commit lost in a server crash loses both, and the fire is due again after it: like
         # the claims, it need not wait for the WAL flush, which was most of a fire's latency.
@@ -132,27 +134,49 @@ class Supervisor:
             # A transaction pooler hands each statement to any server connection: a LISTEN there
             # hears nothing (or another client's notifications), so the claim loop polls instead.
             config = replace(config, poll_interval=min(config.poll_interval, POLL_WITHOUT_LISTEN))
-            self.log("listener.off", "warning", reason="--pooler transaction without --listen-dsn",
-                     poll=f"{config.poll_interval * 1000:g}ms")
-        self.dispatcher = Dispatcher(config, self.log, self.id, self.keeper,
-                                     self.links["claims"], self.links["writes"], self.tally)
+            self.log(
+                "listener.off",
+                "warning",
+                reason="--pooler transaction without --listen-dsn",
+                poll=f"{config.poll_interval * 1000:g}ms",
+            )
+        self.dispatcher = Dispatcher(
+            config, self.log, self.id, self.keeper, self.links["claims"], self.links["writes"], self.tally
+        )
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             self.dispatcher.worker_ready(worker)
-        self.log("supervisor.started", version=__version__, id=self.id, dsn=redact(dsn),
-                 procs=self.config.procs, queues=list(self.config.queues), app=self.config.app or None,
-                 django=self.config.django or None,
-                 pid=os.getpid())
+        self.log(
+            "supervisor.started",
+            version=__version__,
+            id=self.id,
+            dsn=redact(dsn),
+            procs=self.config.procs,
+            queues=list(self.config.queues),
+            app=self.config.app or None,
+            django=self.config.django or None,
+            pid=os.getpid(),
+        )
         await self._heartbeat()
-        loops = {"claim": self.dispatcher.claim_loop, "flush": self.dispatcher.flush_loop,
-                 "lease": self.dispatcher.lease_loop, "listen": self._listen_loop, "reap": self._reap_loop,
-                 "heartbeat": self._heartbeat_loop, "tick": self._tick_loop, "schedule": self.scheduler.run,
-                 "prune": lambda: prune_loop(self.links["prune"], self.config, self.log)}
+        loops = {
+            "claim": self.dispatcher.claim_loop,
+            "flush": self.dispatcher.flush_loop,
+            "lease": self.dispatcher.lease_loop,
+            "listen": self._listen_loop,
+            "reap": self._reap_loop,
+            "heartbeat": self._heartbeat_loop,
+            "tick": self._tick_loop,
+            "schedule": self.scheduler.run,
+            "prune": lambda: prune_loop(self.links["prune"], self.config, self.log),
+        }
         if self.metrics_socket is not None:
             from jobsup.supervisor.metrics import serve
 
             loops["metrics"] = lambda: serve(self.metrics_socket, self)
-        self.tasks = tasks = [loop.create_task(run(), name=name) for name, run in loops.items()
-                              if name != "listen" or "listen" in self.links]
+        self.tasks = tasks = [
+            loop.create_task(run(), name=name)
+            for name, run in loops.items()
+            if name != "listen" or "listen" in self.links
+        ]
         for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
             task.add_done_callback(lambda _: self.stop_wakeup.set())
         while not (self.signals or self.fatal):
@@ -233,18 +257,34 @@ class Supervisor:
         for worker in sorted(self.keeper.all_processes(), key=lambda w: (w.slot, w.state != "stopping")):
             slot = self.keeper.slots[worker.slot]
             job = worker.job
-            workers.append({
-                "slot": worker.slot, "pid": worker.pid, "state": worker.state,
-                "job_id": job.id if job else None, "kind": job.kind if job else None,
-                "job_started_at": datetime.fromtimestamp(worker.job_started_wall, timezone.utc).isoformat()
-                if job else None,
-                "rss": worker.rss, "cpu": round(worker.cpu, 1), "jobs_done": worker.jobs_done,
-                "restarts": slot.restarts, "last_exit": slot.last_exit,
-            })
+            workers.append(
+                {
+                    "slot": worker.slot,
+                    "pid": worker.pid,
+                    "state": worker.state,
+                    "job_id": job.id if job else None,
+                    "kind": job.kind if job else None,
+                    "job_started_at": datetime.fromtimestamp(worker.job_started_wall, UTC).isoformat() if job else None,
+                    "rss": worker.rss,
+                    "cpu": round(worker.cpu, 1),
+                    "jobs_done": worker.jobs_done,
+                    "restarts": slot.restarts,
+                    "last_exit": slot.last_exit,
+                }
+            )
         d = self.dispatcher
-        params = {"id": self.id, "host": socket.gethostname(), "pid": os.getpid(), "version": __version__,
-                  "queues": list(self.config.queues), "procs": self.config.procs, "state": state,
-                  "workers": Jsonb(workers), "jobs_done": d.jobs_done if d else 0}
+        params = {
+            "id": self.id,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "version": __version__,
+            "queues": list(self.config.queues),
+            "procs": self.config.procs,
+            "state": state,
+            "workers": Jsonb(workers),
+            "jobs_done": d.jobs_done if d else 0,
+        }
+
         async def beat(conn: psycopg.AsyncConnection) -> list[str]:
             cur = await conn.execute(SQL["heartbeat"], params)
             return (await cur.fetchone())[0]  # type: ignore[index]
@@ -287,8 +327,13 @@ class Supervisor:
         if self.fatal:
             self.log("supervisor.failed", "error", reason=f"no worker could start: {self.fatal}")
         else:
-            self.log("shutdown.started", signal=self.signals[0], running=len(d.running()),
-                     prefetched=len(d.prefetched), timeout=f"{self.config.shutdown_timeout:g}s")
+            self.log(
+                "shutdown.started",
+                signal=self.signals[0],
+                running=len(d.running()),
+                prefetched=len(d.prefetched),
+                timeout=f"{self.config.shutdown_timeout:g}s",
+            )
         by_name = {t.get_name(): t for t in tasks}
         # A claim in flight lands, and what it took is released below; a claim loop stuck reconnecting
         # to a database that is gone is not waited for.
@@ -296,8 +341,11 @@ class Supervisor:
             await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
-        stopped = [by_name[name] for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")
-                   if name in by_name]
+        stopped = [
+            by_name[name]
+            for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")
+            if name in by_name
+        ]
         for task in stopped:
             task.cancel()
         await asyncio.gather(*stopped, return_exceptions=True)
@@ -318,8 +366,12 @@ class Supervisor:
                 next_beat = loop.time() + self.config.heartbeat_interval
             if loop.time() >= next_report:
                 running = d.running()
-                self.log("shutdown.waiting", running=len(running), ids=[j.id for j in running],
-                         left=f"{deadline - loop.time():.0f}s")
+                self.log(
+                    "shutdown.waiting",
+                    running=len(running),
+                    ids=[j.id for j in running],
+                    left=f"{deadline - loop.time():.0f}s",
+                )
                 next_report = loop.time() + WAIT_REPORT_EVERY
             await d.idle_wakeup.wait(0.5)
             if d.buffered():
@@ -336,12 +388,21 @@ class Supervisor:
         lost_db |= not await self._try(d.flush(deadline=db_deadline))
         await self._stop_workers()
         if not await self._forget_self(FORGET_BUDGET):
-            self.log("shutdown.row_left", "warning", note="the database did not answer: the console shows "
-                     "this supervisor as stale until a live supervisor removes its row")
+            self.log(
+                "shutdown.row_left",
+                "warning",
+                note="the database did not answer: the console shows "
+                "this supervisor as stale until a live supervisor removes its row",
+            )
         self.log.flush_repeats(force=True)
         if lost_db:
-            self.log("shutdown.done", "error", jobs_done=d.jobs_done, unwritten=len(d.held),
-                     note="the database did not answer; the reaper returns unwritten jobs when their leases expire")
+            self.log(
+                "shutdown.done",
+                "error",
+                jobs_done=d.jobs_done,
+                unwritten=len(d.held),
+                note="the database did not answer; the reaper returns unwritten jobs when their leases expire",
+            )
             return EXIT_FAILURE
         self.log("shutdown.done", jobs_done=d.jobs_done)
         return EXIT_WORKERS_FAILED if self.fatal else EXIT_OK
@@ -369,7 +430,7 @@ class Supervisor:
         try:
             await asyncio.wait_for(d.flush(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
             answered = await self._forget_self(HARD_STOP_BUDGET)
-        except (asyncio.TimeoutError, *LOST):
+        except (TimeoutError, *LOST):
             answered = False
         self.log.flush_repeats(force=True)
         if not answered:
@@ -397,8 +458,12 @@ class Supervisor:
         (a connection attempt to an unreachable host can outlast a deadline of the link on its own)."""
         deadline = asyncio.get_running_loop().time() + budget
         try:
-            await asyncio.wait_for(self.links["house"].run(
-                lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}), deadline=deadline), budget)
+            await asyncio.wait_for(
+                self.links["house"].run(
+                    lambda c: c.execute(SQL["supervisor_gone"], {"id": self.id}), deadline=deadline
+                ),
+                budget,
+            )
             return True
-        except (asyncio.TimeoutError, *LOST):
+        except (TimeoutError, *LOST):
             return False

@@ -39,7 +39,7 @@ def restart_cause(cause: str) -> str:
     """
     wrapped = "interrupted: its worker was being stopped ("  # the keeper's, for a job that ended in the grace
     if cause.startswith(wrapped) and cause.endswith(")"):
-        cause = cause[len(wrapped):-1]
+        cause = cause[len(wrapped) : -1]
     if cause.startswith("cancelled"):
         return "cancel"
     if cause.startswith("timed out"):

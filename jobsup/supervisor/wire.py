@@ -21,7 +21,7 @@ def send(fd: int, message: tuple[Any, ...]) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     view = memoryview(_HEADER.pack(len(body)) + body)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 class Reader:
@@ -59,7 +59,7 @@ class Reader:
             end = offset + _HEADER.size + size
             if len(buffer) < end:
                 break
-            messages.append(pickle.loads(buffer[offset + _HEADER.size:end]))
+            messages.append(pickle.loads(buffer[offset + _HEADER.size : end]))
             offset = end
         if offset:
             del buffer[:offset]

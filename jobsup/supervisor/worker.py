@@ -70,8 +70,9 @@ def _describe(exc: BaseException) -> str:
     return f"{name}: {text}" if text else name
 
 
-def worker_main(inbox: Connection, outbox: Connection, app_target: str, supervisor_pid: int,
-                app_dir: str, django_settings: str = "") -> None:
+def worker_main(
+    inbox: Connection, outbox: Connection, app_target: str, supervisor_pid: int, app_dir: str, django_settings: str = ""
+) -> None:
     # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
     if app_dir not in sys.path:
         sys.path.insert(0, app_dir)
@@ -108,8 +109,9 @@ class Runner:
     def __init__(self, app) -> None:  # app: jobsup.App
         self.app = app
         self.handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
-        self.max_snoozes = {kind: MAX_SNOOZES if h.max_snoozes is None else h.max_snoozes
-                            for kind, h in app.handlers.items()}
+        self.max_snoozes = {
+            kind: MAX_SNOOZES if h.max_snoozes is None else h.max_snoozes for kind, h in app.handlers.items()
+        }
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
@@ -133,8 +135,9 @@ class Runner:
         except Snooze as exc:
             most = self.max_snoozes.get(kind, MAX_SNOOZES)
             if job.snoozes >= most:  # a cap, so a job cannot snooze for ever unnoticed
-                return Answer(job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may "
-                                      f"(max_snoozes={most})")
+                return Answer(
+                    job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may (max_snoozes={most})"
+                )
             return Answer(job.id, f"Snooze: {exc}", verb=("snooze", exc.seconds))
         except RetryAfter as exc:
             return Answer(job.id, _describe(exc), traceback.format_exc(limit=30), verb=("retry", exc.seconds))
@@ -148,8 +151,17 @@ class Runner:
 def job_fields(job) -> tuple:
     """What the supervisor sends a worker of each job: the fields of Job a handler sees, its payload and
     errors as the JSON text the claims connection returns them as (the worker parses them)."""
-    return (job.id, job.kind, job.payload, job.queue, job.attempts, job.max_attempts, job.priority,
-            job.snoozes, job.errors)
+    return (
+        job.id,
+        job.kind,
+        job.payload,
+        job.queue,
+        job.attempts,
+        job.max_attempts,
+        job.priority,
+        job.snoozes,
+        job.errors,
+    )
 
 
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
@@ -174,8 +186,10 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
     # An app that finds handlers by name (Django's tasks, by module path) handles any kind: None says so,
     # and the supervisor sends every kind here instead of failing unknown ones itself.
-    send(fd, ("ready", os.getpid(), None if app.finds_kinds else sorted(handlers), timeouts,
-              list(app.schedules.values())))
+    send(
+        fd,
+        ("ready", os.getpid(), None if app.finds_kinds else sorted(handlers), timeouts, list(app.schedules.values())),
+    )
 
     while True:
         try:
@@ -187,9 +201,17 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
         for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors in message[1]:
-            job = Job(id=job_id, kind=kind, payload=None if payload is None else json.loads(payload),
-                      queue=queue, attempts=attempts, max_attempts=max_attempts, priority=priority,
-                      snoozes=snoozes, errors=json.loads(errors) if errors else [])
+            job = Job(
+                id=job_id,
+                kind=kind,
+                payload=None if payload is None else json.loads(payload),
+                queue=queue,
+                attempts=attempts,
+                max_attempts=max_attempts,
+                priority=priority,
+                snoozes=snoozes,
+                errors=json.loads(errors) if errors else [],
+            )
             started = time.perf_counter()
             answer = runner.run(job)
             send(fd, ("answer", *answer[:-1], time.perf_counter() - started))

@@ -19,8 +19,12 @@ async def async_add(a, b):
 
 @task(takes_context=True)
 def with_context(context: TaskContext, note):
-    return {"attempt": context.attempt, "id": context.task_result.id, "note": note,
-            "status": str(context.task_result.status)}
+    return {
+        "attempt": context.attempt,
+        "id": context.task_result.id,
+        "note": note,
+        "status": str(context.task_result.status),
+    }
 
 
 @task

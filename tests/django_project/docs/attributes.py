@@ -5,6 +5,4 @@ from django.tasks import task
 
 @task(priority=2, queue_name="emails")
 def email_users(emails, subject, message):
-    return send_mail(
-        subject=subject, message=message, from_email=None, recipient_list=emails
-    )
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)

@@ -5,6 +5,4 @@ from django.tasks import task
 
 @task
 def email_users(emails, subject, message):
-    return send_mail(
-        subject=subject, message=message, from_email=None, recipient_list=emails
-    )
+    return send_mail(subject=subject, message=message, from_email=None, recipient_list=emails)
