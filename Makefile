@@ -3,16 +3,35 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test demo bench lab clean demo-django test-django6 chaos pgbouncer
+.PHONY: test test-fast check docs demo bench lab clean demo-django test-django6 chaos pgbouncer
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev,check,docs]'
 	touch $@
 
 test: $(VENV)/.installed pgbouncer
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Everything that starts no supervisor process (marker `slow` leaves the rest out): a minute or less.
+test-fast: $(VENV)/.installed
+	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
+
+# What CI checks beside the tests: lint, format, types, the import contracts between the layers, the docs.
+check: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
+
+docs: $(VENV)/.installed
+	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	@echo "the site is in build/site (make docs-serve serves it at http://127.0.0.1:8000)"
+
+docs-serve: $(VENV)/.installed
+	$(VENV)/bin/mkdocs serve
 
 # The pooler tests run through a real PgBouncer: installed here when missing and we are root (as on CI);
 # otherwise they are skipped, and the summary says why.

@@ -3,7 +3,7 @@
 The queue's SQL names the schema `jobsup` everywhere, so the bench cannot move to a schema of another
 name without SQL of its own. It runs either in the target database's `jobsup` schema, which it creates
 and then drops (so only where there is none yet), or with --database NAME in a scratch database it
-creates on the same server and drops afterwards. The measurements are jobsup/benchmark.py's, the code
+creates on the same server and drops afterwards. The measurements are jobsup/ops/bench.py's, the code
 behind benchmarks/bench_supervisor.py.
 """
 

@@ -1,4 +1,4 @@
-"""`jobsup metrics --port PORT`: the queue-wide gauges for Prometheus (jobsup/exporter.py)."""
+"""`jobsup metrics --port PORT`: the queue-wide gauges for Prometheus (jobsup/ops/metrics.py)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Argument types and options that several commands share, below every CLI module (DESIGN.md: no CLI
+"""Argument types and options that several commands share, below every CLI module (no command
 module imports another). Each type turns a refusal into argparse's one line and exit 2."""
 
 from __future__ import annotations

@@ -157,7 +157,7 @@ async def asnapshot(conn: psycopg.AsyncConnection, *, dead_limit: int = 20, even
 
 
 def rows(conn: psycopg.Connection, name: str, **params: Any) -> list[dict[str, Any]]:
-    """The rows of one named query of queries.sql, e.g. rows(conn, "expiring_leases", limit=10)."""
+    """The rows of one named query of db/queries, e.g. rows(conn, "expiring_leases", limit=10)."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL[name], params)
         return cur.fetchall()

@@ -37,7 +37,7 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
     ignored = {sig for sig in TERMINAL_SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
     for sig in TERMINAL_SIGNALS - ignored:
         signal.signal(sig, lambda signum, _frame: early.append(signum))
-    # Workers first, before this process opens any connection or thread (DESIGN.md): they come from
+    # Workers first, before this process opens any connection or thread (docs/design/architecture.md): they come from
     # the fork server, and import the app while we connect.
     try:
         supervisor.keeper.spawn_all()

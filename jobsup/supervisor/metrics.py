@@ -1,7 +1,7 @@
 """The metrics duty: `/metrics` (Prometheus text format) and `/healthz` on --metrics-port.
 
 The HTTP side is a few lines of asyncio in the supervisor's own loop, not prometheus-client's server
-thread: the supervisor starts no thread (DESIGN.md), a scrape reads the dispatcher's and the keeper's
+thread: the supervisor starts no thread (docs/design/architecture.md), a scrape reads the dispatcher's and the keeper's
 figures without a lock, and /healthz answering at all says the loop is not stuck. The port is bound in
 `bind`, before any worker starts, so a port in use is one line and exit 2 with nothing started.
 

@@ -1,6 +1,6 @@
 """The pruner: a timed duty that deletes finished jobs and events past their retention window.
 
-Every supervisor runs it; the pruning turn in the database (jobsup/retention.py) lets one of them at a
+Every supervisor runs it; the pruning turn in the database (jobsup/ops/prune.py) lets one of them at a
 time delete, so no leader is kept in memory and a supervisor that dies hands the duty on at once.
 """
 

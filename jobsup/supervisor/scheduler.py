@@ -2,7 +2,7 @@
 
 Every supervisor of the app runs one, and none leads. A schedule is fired in one transaction that locks
 its row: the fires in (fired_through, now()] are enqueued and fired_through moves to now(), so whichever
-supervisor takes the lock next finds them done (DESIGN.md: work identified by the database needs no
+supervisor takes the lock next finds them done (docs/design/architecture.md: work identified by the database needs no
 turn-taking). Every decision uses the database's clock: the scheduler sleeps until the next fire as that
 clock tells it, measured at each pass, so hosts whose clocks disagree still fire together.
 

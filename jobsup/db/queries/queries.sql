@@ -1,7 +1,7 @@
 -- Every statement jobsup sends, by name. Python calls them by name (jobsup/sql.py); none is assembled
 -- from strings at run time. Parameters are psycopg's %(name)s placeholders.
 --
--- The fence of every outcome write (DESIGN.md, invariant 2): a row changes only while it is still
+-- The fence of every outcome write (docs/design/architecture.md, invariant 2): a row changes only while it is still
 -- 'running' under the writer's locked_by and the same attempt, so a late result from a supervisor whose
 -- lease was reaped changes nothing.
 
