@@ -1,0 +1,44 @@
+-- The queue's figures shared by `jobsup stats` (jobsup/ops/snapshot.py) and the console
+-- (jobsup/monitor/source.py). Each reads a partial index of live jobs, the small per-kind totals or the
+-- events index, so its cost follows the backlog, never the number of finished jobs. live_counts and
+-- oldest_ready are also read by `jobsup metrics` (jobsup/ops/metrics.py), oldest_ready by `jobsup check`
+-- (jobsup/ops/check.py). Their other figures: console.sql (dead jobs), supervisors.sql (supervisors),
+-- control.sql (queue_pauses), latency.sql (latency_read).
+
+-- name: live_counts
+-- Queued and running jobs by kind and queue; each half reads only its partial index.
+SELECT kind, queue,
+       count(*) FILTER (WHERE run_at <= now()) AS ready,
+       count(*) FILTER (WHERE run_at > now()) AS scheduled,
+       0::bigint AS running
+FROM jobsup.jobs WHERE status = 'queued' GROUP BY kind, queue
+UNION ALL
+SELECT kind, queue, 0, 0, count(*) FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
+
+-- name: kind_totals
+SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead,
+       sum(cancelled)::bigint AS cancelled
+FROM jobsup.kind_totals GROUP BY kind ORDER BY kind
+
+-- name: oldest_ready
+SELECT queue, extract(epoch FROM now() - min(run_at))::float8 AS age
+FROM jobsup.jobs WHERE status = 'queued' AND run_at <= now()
+GROUP BY queue ORDER BY queue
+
+-- name: expiring_leases
+SELECT id, kind, locked_by, attempts, extract(epoch FROM locked_until - now())::float8 AS remaining
+FROM jobsup.jobs WHERE status = 'running'
+ORDER BY locked_until
+LIMIT %(limit)s
+
+-- name: attempts_histogram
+SELECT status, attempts, count(*) AS count FROM (
+    SELECT status, attempts FROM jobsup.jobs WHERE status = 'queued'
+    UNION ALL SELECT status, attempts FROM jobsup.jobs WHERE status = 'running'
+    UNION ALL SELECT status, attempts FROM jobsup.jobs WHERE status = 'dead'
+) live
+GROUP BY status, attempts ORDER BY status, attempts
+
+-- name: recent_events
+SELECT id, at, action, supervisor, count, job_ids, detail
+FROM jobsup.events ORDER BY at DESC LIMIT %(limit)s

@@ -1,0 +1,48 @@
+-- The supervisors' rows and their channel. A supervisor (the package jobsup/supervisor/) beats its
+-- heartbeat, listens on the jobsup channel and deletes its row when it stops; its roster duty
+-- (jobsup/supervisor/roster.py) forgets the rows of supervisors that are gone. `supervisors` lists the
+-- rows for `jobsup stats` (jobsup/ops/snapshot.py), the console (jobsup/monitor/source.py) and
+-- `jobsup doctor` (jobsup/ops/doctor.py).
+
+-- name: heartbeat
+INSERT INTO jobsup.supervisors AS s (id, host, pid, version, queues, procs, state, workers, jobs_done)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(procs)s, %(state)s, %(workers)s, %(jobs_done)s)
+ON CONFLICT (id) DO UPDATE
+SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done
+-- The paused queues (control): the heartbeat is the backstop of their NOTIFY, at no extra statement.
+RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses)
+
+-- name: supervisor_gone
+DELETE FROM jobsup.supervisors WHERE id = %(id)s
+
+-- name: supervisors
+SELECT id, host, pid, version, queues, procs, started_at, heartbeat_at, state, workers, jobs_done,
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+FROM jobsup.supervisors ORDER BY host, pid
+
+-- The jobsup channel carries {"queues": [...]} (jobs ready: the insert trigger, release, release_orphans,
+-- reap, requeue_dead, retry_now), {"cancel": ...} and {"queue": ..., "paused": ...} (control.sql), and
+-- {"schedule": ..., "paused": ...} (schedules.sql).
+
+-- name: listen
+LISTEN jobsup
+
+-- The roster: rows of supervisors that are certainly gone (this host's, whose process has ended), then
+-- the rows of any host long after their heartbeat stopped.
+
+-- name: silent_supervisors_of_host
+-- The other supervisors of this host whose heartbeat stopped a while ago; the caller asks the operating
+-- system whether their pids still run.
+SELECT id, pid FROM jobsup.supervisors
+WHERE host = %(host)s AND id <> %(id)s AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+
+-- name: forget_supervisors
+-- The heartbeat condition again: a row that beat since it was read is not deleted.
+DELETE FROM jobsup.supervisors
+WHERE id = ANY(%(ids)s) AND heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+RETURNING id
+
+-- name: forget_stale_supervisors
+-- Rows of supervisors that died without cleaning up, long after their heartbeat stopped.
+DELETE FROM jobsup.supervisors WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
+RETURNING id
