@@ -14,7 +14,11 @@ import importlib
 import sys
 from collections.abc import Sequence
 
+import psycopg
+
 from jobsup.cli import options
+from jobsup.db import dsn as dsns
+from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, JobsupError, first_line
 
 # In the order `jobsup --help` lists them.
 COMMANDS = (
@@ -55,11 +59,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    import psycopg
-
-    from jobsup.db import dsn as dsns
-    from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, JobsupError, first_line
-
+    # What main needs is imported with this module, which jobsup.__main__ imports inside its own
+    # KeyboardInterrupt handler: a Ctrl-C while psycopg loads exits 130 quietly too.
     args = build_parser().parse_args(argv)
     try:
         return int(args.run(args))

@@ -15,6 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from functools import partial
 
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
@@ -82,7 +83,7 @@ class Wakeup:
         if not self._flag:
             loop = asyncio.get_running_loop()
             self._waiter = waiter = loop.create_future()
-            handle = loop.call_later(max(0.0, timeout), lambda: waiter.done() or waiter.set_result(None))
+            handle = loop.call_later(max(0.0, timeout), _wake, waiter)
             try:
                 await waiter
             finally:
@@ -90,6 +91,11 @@ class Wakeup:
                 self._waiter = None
         woke, self._flag = self._flag, False
         return woke
+
+
+def _wake(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():  # set() may have woken it within the same loop iteration
+        waiter.set_result(None)
 
 
 class FinishingRate:
@@ -578,7 +584,8 @@ class Dispatcher:
             pairs = [(j.id, j.attempts) for j in chunk]
             # None when no job of the chunk returned anything: the write is then what it always was.
             values = [self.return_values.get(j.id) for j in chunk] if self.return_values else None
-            written = await self._write(lambda c: lifecycle.acomplete(c, pairs, self.id, values), deadline)
+            complete = partial(lifecycle.acomplete, jobs=pairs, locked_by=self.id, return_values=values)
+            written = await self._write(complete, deadline)
             self.jobs_done += len(written)
             if self.tally is not None:
                 self._tally_written(chunk, written, "done")
@@ -633,7 +640,8 @@ class Dispatcher:
         for chunk in _chunks(releases):
             pairs = [(j.id, j.attempts) for j, _ in chunk]
             reasons = [reason for _, reason in chunk]
-            written = await self._write(lambda c: lifecycle.arelease(c, pairs, self.id, reasons), deadline)
+            release = partial(lifecycle.arelease, jobs=pairs, locked_by=self.id, reasons=reasons)
+            written = await self._write(release, deadline)
             if self.tally is not None:
                 self._tally_written([j for j, _ in chunk], written, "released")
             for job, reason in chunk:
@@ -645,7 +653,7 @@ class Dispatcher:
 
     async def _write_snoozes(self, snoozes: list[Snoozed], deadline: float | None) -> None:
         for chunk in _chunks(snoozes):
-            outcomes = await self._write(lambda c: lifecycle.asnooze(c, chunk, self.id), deadline)
+            outcomes = await self._write(partial(lifecycle.asnooze, snoozed=chunk, locked_by=self.id), deadline)
             if self.tally is not None:
                 for outcome in outcomes:
                     job = self.held.get(outcome.id)
@@ -658,7 +666,7 @@ class Dispatcher:
 
     async def _write_cancels(self, cancels: list[Cancel], deadline: float | None) -> None:
         for chunk in _chunks(cancels):
-            written = await self._write(lambda c: lifecycle.acancel_held(c, chunk, self.id), deadline)
+            written = await self._write(partial(lifecycle.acancel_held, cancels=chunk, locked_by=self.id), deadline)
             if self.tally is not None:
                 self._tally_written([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
             for cancel in chunk:
@@ -683,6 +691,7 @@ class Dispatcher:
         return result
 
     def _tally_written(self, jobs: list[Job], written: list[int], outcome: str) -> None:
+        assert self.tally is not None  # counted only when the metrics are exported
         kinds: dict[str, int] = {}
         if len(written) == len(jobs):  # as nearly always: no write was fenced out
             for job in jobs:
@@ -693,7 +702,7 @@ class Dispatcher:
                 if job.id in kept:
                     kinds[job.kind] = kinds.get(job.kind, 0) + 1
         for kind, count in kinds.items():
-            self.tally.outcome(kind, outcome, count)  # type: ignore[union-attr]
+            self.tally.outcome(kind, outcome, count)
 
     def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
         kept = set(written)

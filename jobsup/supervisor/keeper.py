@@ -179,6 +179,11 @@ class Keeper:
             self._watch(worker)
         return worker
 
+    def _now(self) -> float:
+        # Jobs are handed out and timed only once attach() has given the keeper the loop.
+        assert self.loop is not None
+        return self.loop.time()
+
     def _watch(self, worker: Worker) -> None:
         assert self.loop is not None
         self.loop.add_reader(worker.outbox.fileno(), self._readable, worker)
@@ -201,8 +206,9 @@ class Keeper:
             messages = None
         if messages is None:
             # The worker is gone; its sentinel tells how. Stop listening to the dead pipe.
+            assert self.loop is not None
             try:
-                self.loop.remove_reader(worker.outbox.fileno())  # type: ignore[union-attr]
+                self.loop.remove_reader(worker.outbox.fileno())
             except (ValueError, OSError):
                 pass
             return
@@ -230,7 +236,7 @@ class Keeper:
                 worker.kill_at = None
                 return
             if worker.jobs:
-                worker.job_started = self.loop.time()  # type: ignore[union-attr]
+                worker.job_started = self._now()
                 worker.job_started_wall = time.time()
                 return
             worker.state = "idle"
@@ -339,7 +345,7 @@ class Keeper:
         """Hand `jobs` to an idle worker, which runs them in this order."""
         worker.state = "busy"
         worker.jobs.extend(jobs)
-        worker.job_started = self.loop.time()  # type: ignore[union-attr]
+        worker.job_started = self._now()
         worker.job_started_wall = time.time()
         try:
             send(worker.inbox.fileno(), ("jobs", [job_fields(j) for j in jobs]))
@@ -350,7 +356,7 @@ class Keeper:
         return self.timeouts.get(kind, self.config.timeout)
 
     def check_timeouts(self) -> None:
-        now = self.loop.time()  # type: ignore[union-attr]
+        now = self._now()
         for worker in self.all_processes():
             if worker.kill_at is not None and now >= worker.kill_at:
                 self._signal(worker, signal.SIGKILL)
@@ -374,11 +380,14 @@ class Keeper:
         worker.stop_reason = reason
         worker.state = "stopping" if worker.job is None else worker.state
         self._signal(worker, signal.SIGTERM)
-        worker.kill_at = self.loop.time() + self.config.kill_grace  # type: ignore[union-attr]
+        worker.kill_at = self._now() + self.config.kill_grace
 
     def _signal(self, worker: Worker, sig: int) -> None:
+        pid = worker.pid
+        if pid is None:  # not started: there is no process to signal
+            return
         try:
-            os.kill(worker.pid, sig)  # type: ignore[arg-type]
+            os.kill(pid, sig)
         except ProcessLookupError:
             pass
 

@@ -66,7 +66,9 @@ class EventLog:
     def _summary(self, action: str, run: _Run, now: float) -> None:
         self(action, run.level, **run.fields, more=run.count, over=round(now - run.since, 1))
 
-    def __call__(self, action: str, level: str = "info", **fields: Any) -> None:
+    # `action` and `level` are positional-only, so a line's fields spread from a dict can never be
+    # taken for them.
+    def __call__(self, action: str, level: str = "info", /, **fields: Any) -> None:
         if _LEVELS[level] < self.threshold:
             return
         now = time.time()

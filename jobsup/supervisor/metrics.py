@@ -89,7 +89,7 @@ def registry(sup: Supervisor):
 
 def _histogram(family, labels: list[str], h: Histogram) -> None:
     counts = h.cumulative(BUCKETS)
-    family.add_metric(labels, [*((repr(b), n) for b, n in zip(BUCKETS, counts)), ("+Inf", h.total)], h.sum)
+    family.add_metric(labels, [*((repr(b), n) for b, n in zip(BUCKETS, counts, strict=True)), ("+Inf", h.total)], h.sum)
 
 
 class _Collector:
@@ -182,16 +182,30 @@ def health(sup: Supervisor) -> tuple[bool, str]:
     """(healthy, why): the loops are running and the database answered the heartbeat lately."""
     if sup.signals or sup.fatal:
         return False, "stopping"
-    for task in sup.tasks:
-        if task.done() and not task.cancelled() and task.exception() is not None:
-            return False, f"the {task.get_name()} loop failed"
-    if sup.reached_db is None:
+    failed = sup.duties.failed()
+    if failed is not None:
+        return False, f"the {failed[0]} loop failed"
+    reached_db = sup.heartbeat.reached_db
+    if reached_db is None:
         return False, "the database has not answered yet"
-    age = asyncio.get_running_loop().time() - sup.reached_db
+    age = asyncio.get_running_loop().time() - reached_db
     limit = max(HEALTHY_MIN, HEALTHY_BEATS * sup.config.heartbeat_interval)
     if age > limit:
         return False, f"the database has not answered for {age:.0f}s"
     return True, "ok"
+
+
+class Exporter:
+    """The metrics duty: serves the socket that `bind` opened until it is stopped."""
+
+    name = "metrics"
+
+    def __init__(self, sock: socket.socket, sup: Supervisor) -> None:
+        self.sock = sock
+        self.sup = sup
+
+    async def run(self) -> None:
+        await serve(self.sock, self.sup)
 
 
 async def serve(sock: socket.socket, sup: Supervisor) -> None:

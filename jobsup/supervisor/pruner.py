@@ -22,19 +22,30 @@ from jobsup.supervisor.log import EventLog
 PAUSE = 0.01
 
 
-async def prune_loop(link: Link, config: Config, log: EventLog) -> None:
-    retention = Retention(keep_done=config.keep_done, keep_dead=config.keep_dead)
-    batch = BatchSize()  # kept across rounds: a size that timed out stays small until batches are quick
-    while True:
+class Pruner:
+    name = "prune"
+
+    def __init__(self, config: Config, log: EventLog, link: Link) -> None:
+        self.config = config
+        self.log = log
+        self.link = link
+        self.retention = Retention(keep_done=config.keep_done, keep_dead=config.keep_dead)
+        self.batch = BatchSize()  # kept across rounds: a size that timed out stays small until batches are quick
+
+    async def run(self) -> None:
+        while True:
+            await self._round()
+            await asyncio.sleep(self.config.prune_interval)
+
+    async def _round(self) -> None:
         pruned = Pruned()
         try:
-            await link.run(lambda conn: aprune(conn, retention, batch=batch, pause=PAUSE, pruned=pruned))
+            await self.link.run(lambda conn: aprune(conn, self.retention, batch=self.batch, pause=PAUSE, pruned=pruned))
             # The latency histograms past the longest window: a few rows per kind and minute, deleted
             # by every supervisor's round (no turn needed: deleting them twice deletes nothing).
-            await link.run(lambda conn: conn.execute(SQL["latency_trim"], {"keep_periods": KEEP_PERIODS}))
+            await self.link.run(lambda conn: conn.execute(SQL["latency_trim"], {"keep_periods": KEEP_PERIODS}))
         except psycopg.Error as exc:
-            log("pruner.error", "error", error=first_line(exc))
+            self.log("pruner.error", "error", error=first_line(exc))
         finally:  # a round cut short by the shutdown still says what it deleted
             if pruned.total:
-                log("pruned", **pruned.to_json(), batch=batch.size)
-        await asyncio.sleep(config.prune_interval)
+                self.log("pruned", **pruned.to_json(), batch=self.batch.size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
@@ -50,7 +50,7 @@ def _iso(moment: datetime) -> str:
 def unique_key(name: str, fire: datetime) -> str:
     """The unique key of a fire's job.
 
-    >>> unique_key("report", datetime(2026, 3, 29, 1, 0, tzinfo=timezone.utc))
+    >>> unique_key("report", datetime(2026, 3, 29, 1, 0, tzinfo=UTC))
     'cron:report:2026-03-29T01:00:00+00:00'
     """
     return f"cron:{name}:{_iso(fire)}"
@@ -68,6 +68,8 @@ def choose(schedule: Schedule, due: list[datetime], catch_up: bool) -> list[date
 
 
 class Scheduler:
+    name = "schedule"
+
     def __init__(self, config: Config, log: EventLog, me: str, keeper: Keeper, link: Link) -> None:
         self.config = config
         self.log = log
@@ -230,7 +232,7 @@ class Scheduler:
                 ],
             )
             next_fire = schedule.next_fire(now)
-            enqueued = [(fire, job_id) for fire, job_id in zip(fires, ids) if job_id is not None]
+            enqueued = [(fire, job_id) for fire, job_id in zip(fires, ids, strict=True) if job_id is not None]
             await conn.execute(
                 SQL["schedule_fired"],
                 {

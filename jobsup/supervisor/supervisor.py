@@ -1,5 +1,6 @@
-"""The supervisor: one asyncio loop that runs the dispatcher, the listener, the reaper, the heartbeat
-and the process keeper, and stops them in order on SIGTERM, SIGHUP or Ctrl-C."""
+"""The supervisor: one asyncio loop that wires the process keeper, the dispatcher and the duties
+(listener, reaper, heartbeat, scheduler, pruner, metrics), and stops them in order on SIGTERM, SIGHUP or
+Ctrl-C."""
 
 from __future__ import annotations
 
@@ -8,24 +9,25 @@ import os
 import secrets
 import signal
 import socket
+from collections.abc import Awaitable
 from dataclasses import replace
-from datetime import UTC, datetime, timezone
-
-import psycopg
-from psycopg.types.json import Jsonb
 
 from jobsup import __version__
-from jobsup.db import lifecycle
 from jobsup.db.dsn import redact
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
+from jobsup.job import Job
+from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
+from jobsup.supervisor.duty import Duties, Duty, Loop
+from jobsup.supervisor.heartbeat import Heartbeat
 from jobsup.supervisor.keeper import Keeper, Worker
 from jobsup.supervisor.link import LOST, Link
+from jobsup.supervisor.listener import Listener
 from jobsup.supervisor.log import EventLog
-from jobsup.supervisor.pruner import prune_loop
-from jobsup.supervisor.roster import forget_gone
+from jobsup.supervisor.pruner import Pruner
+from jobsup.supervisor.reaper import Reaper
 from jobsup.supervisor.scheduler import Scheduler
 from jobsup.supervisor.tally import Tally
 
@@ -59,6 +61,10 @@ CLAIM_LANDING = 5.0
 # idle supervisor stopped while the database was down used to wait out the whole outcome deadline
 # (47 s with the defaults) for it.
 FORGET_BUDGET = 2.0
+# The duties the shutdown stops together once a claim in flight has landed: it writes the outcomes and
+# the heartbeat itself from then on. The rest (lease renewals, the keeper's clock, /healthz) run to the
+# end, because the jobs still running are still held and still timed.
+STOPPED_FIRST = ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")
 
 
 class Supervisor:
@@ -76,9 +82,8 @@ class Supervisor:
         self.hard_stop = False
         # --metrics-port: what the metrics duty exports, and its socket (bound before the workers start).
         self.tally = Tally() if config.metrics_port else None
-        self.metrics_socket = None
-        self.reached_db: float | None = None  # loop clock of the last heartbeat the database took
-        self.tasks: list[asyncio.Task] = []
+        self.metrics_socket: socket.socket | None = None
+        self.duties = Duties()  # listed and started by run()
 
     # The keeper is built before the dispatcher (its workers start before any connection opens), so
     # its callbacks go through these until the dispatcher exists.
@@ -86,11 +91,11 @@ class Supervisor:
         if self.dispatcher is not None:
             self.dispatcher.worker_ready(worker)
 
-    def _outcome(self, worker: Worker, job, answer) -> None:
+    def _outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
         assert self.dispatcher is not None
         self.dispatcher.outcome(worker, job, answer)
 
-    def _lost(self, worker: Worker, job, cause: str, unstarted: list) -> None:
+    def _lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
         assert self.dispatcher is not None
         self.dispatcher.lost(worker, job, cause, unstarted)
 
@@ -125,7 +130,6 @@ class Supervisor:
         # unflushed commit lost in a server crash loses both, and the fire is due again after it: like
         # the claims, it need not wait for the WAL flush, which was most of a fire's latency.
         self.links["schedules"] = Link(dsn, "schedules", self.log, {**SESSION, **CLAIMS_SESSION}, pooled=pooled)
-        self.scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])
         listen_dsn = self.config.listen_dsn or (None if pooled else dsn)
         config = self.config
         if listen_dsn:
@@ -140,11 +144,13 @@ class Supervisor:
                 reason="--pooler transaction without --listen-dsn",
                 poll=f"{config.poll_interval * 1000:g}ms",
             )
-        self.dispatcher = Dispatcher(
+        self.dispatcher = d = Dispatcher(
             config, self.log, self.id, self.keeper, self.links["claims"], self.links["writes"], self.tally
         )
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
-            self.dispatcher.worker_ready(worker)
+            d.worker_ready(worker)
+        scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])
+        self.heartbeat = Heartbeat(self.config, self.log, self.id, self.keeper, d, self.links["house"])
         self.log(
             "supervisor.started",
             version=__version__,
@@ -156,38 +162,38 @@ class Supervisor:
             django=self.config.django or None,
             pid=os.getpid(),
         )
-        await self._heartbeat()
-        loops = {
-            "claim": self.dispatcher.claim_loop,
-            "flush": self.dispatcher.flush_loop,
-            "lease": self.dispatcher.lease_loop,
-            "listen": self._listen_loop,
-            "reap": self._reap_loop,
-            "heartbeat": self._heartbeat_loop,
-            "tick": self._tick_loop,
-            "schedule": self.scheduler.run,
-            "prune": lambda: prune_loop(self.links["prune"], self.config, self.log),
-        }
-        if self.metrics_socket is not None:
-            from jobsup.supervisor.metrics import serve
-
-            loops["metrics"] = lambda: serve(self.metrics_socket, self)
-        self.tasks = tasks = [
-            loop.create_task(run(), name=name)
-            for name, run in loops.items()
-            if name != "listen" or "listen" in self.links
+        await self.heartbeat.beat()
+        # Started in this order: the claim loop before the listener's first LISTEN, which then claims
+        # once for whatever was announced before anyone listened.
+        duties: list[Duty] = [
+            Loop("claim", d.claim_loop),
+            Loop("flush", d.flush_loop),
+            Loop("lease", d.lease_loop),
         ]
-        for task in tasks:  # a loop that died of a bug must not leave the supervisor half-alive
-            task.add_done_callback(lambda _: self.stop_wakeup.set())
+        if "listen" in self.links:
+            duties.append(Listener(self.config, self.log, self.links["listen"], d, scheduler))
+        duties += [
+            Reaper(self.config, self.log, self.id, self.links["house"], self.tally),
+            self.heartbeat,
+            Loop("tick", self._tick_loop),
+            scheduler,
+            Pruner(self.config, self.log, self.links["prune"]),
+        ]
+        if self.metrics_socket is not None:
+            from jobsup.supervisor.metrics import Exporter
+
+            duties.append(Exporter(self.metrics_socket, self))
+        self.duties = Duties(duties)
+        self.duties.start(on_end=self.stop_wakeup.set)
         while not (self.signals or self.fatal):
             await self.stop_wakeup.wait(3600)
-            for task in tasks:
-                if task.done() and not task.cancelled() and task.exception() is not None:
-                    error = task.exception()
-                    self.log("supervisor.failed", "error", reason=f"the {task.get_name()} loop failed: {error}")
-                    raise error  # type: ignore[misc]
+            failed = self.duties.failed()
+            if failed is not None:
+                name, error = failed
+                self.log("supervisor.failed", "error", reason=f"the {name} loop failed: {error}")
+                raise error
         # The shutdown runs as a task of its own, so a second Ctrl-C stops at once whatever it waits for.
-        shutdown = loop.create_task(self._shutdown(tasks))
+        shutdown = loop.create_task(self._shutdown())
         shutdown.add_done_callback(lambda _: self.stop_wakeup.set())
         try:
             while not shutdown.done():
@@ -198,113 +204,9 @@ class Supervisor:
                     return await self._hard_stop()
             return shutdown.result()
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await self.duties.stop()
             for link in self.links.values():
                 await link.close()
-
-    async def _listen_loop(self) -> None:
-        link = self.links["listen"]
-        d = self.dispatcher
-        assert d is not None
-        while True:
-            try:
-                conn = await link.connect()
-                await conn.execute(SQL["listen"])
-                # Whatever was enqueued while nobody listened (before the first LISTEN too: the claim
-                # loop started first) sent its NOTIFY to no one: claim once, and learn when the delayed
-                # ones are due.
-                self.log("listener.listening", "debug")
-                d.poke()
-                for run_at in await lifecycle.aupcoming(conn, self.config.queues):
-                    d.note_run_at(run_at)
-                async for note in conn.notifies():
-                    if not d.control(note.payload) and not self.scheduler.notified(note.payload):
-                        d.notified(note.payload)
-            except LOST as exc:
-                link.drop(exc)
-
-    async def _reap_loop(self) -> None:
-        link = self.links["house"]
-        while True:
-            await asyncio.sleep(self.config.reap_interval)
-            try:
-                reaped = await link.run(lambda c: lifecycle.areap(c, self.id))
-                forgotten = await link.run(lambda c: forget_gone(c, self.id))
-            except psycopg.Error as exc:
-                self.log("reaper.error", "error", error=str(exc).strip())
-                continue
-            if forgotten:
-                self.log("supervisors.forgotten", count=len(forgotten), ids=forgotten)
-            if reaped:
-                if self.tally is not None:
-                    self.tally.reaped += len(reaped)
-                dead = [o.id for o in reaped if o.status == "dead"]
-                self.log("reaped", count=len(reaped), ids=[o.id for o in reaped], dead=dead or None)
-
-    async def _heartbeat_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.config.heartbeat_interval)
-            self.keeper.sample()
-            try:
-                await self._heartbeat()
-            except psycopg.Error as exc:
-                self.log("heartbeat.error", "error", error=str(exc).strip())
-
-    async def _heartbeat(self, state: str = "running", deadline: float | None = None) -> None:
-        workers = []
-        for worker in sorted(self.keeper.all_processes(), key=lambda w: (w.slot, w.state != "stopping")):
-            slot = self.keeper.slots[worker.slot]
-            job = worker.job
-            workers.append(
-                {
-                    "slot": worker.slot,
-                    "pid": worker.pid,
-                    "state": worker.state,
-                    "job_id": job.id if job else None,
-                    "kind": job.kind if job else None,
-                    "job_started_at": datetime.fromtimestamp(worker.job_started_wall, UTC).isoformat() if job else None,
-                    "rss": worker.rss,
-                    "cpu": round(worker.cpu, 1),
-                    "jobs_done": worker.jobs_done,
-                    "restarts": slot.restarts,
-                    "last_exit": slot.last_exit,
-                }
-            )
-        d = self.dispatcher
-        params = {
-            "id": self.id,
-            "host": socket.gethostname(),
-            "pid": os.getpid(),
-            "version": __version__,
-            "queues": list(self.config.queues),
-            "procs": self.config.procs,
-            "state": state,
-            "workers": Jsonb(workers),
-            "jobs_done": d.jobs_done if d else 0,
-        }
-
-        async def beat(conn: psycopg.AsyncConnection) -> list[str]:
-            cur = await conn.execute(SQL["heartbeat"], params)
-            return (await cur.fetchone())[0]  # type: ignore[index]
-
-        notes = d.pause_notes if d else 0
-        paused = await self.links["house"].run(beat, deadline=deadline)
-        self.reached_db = asyncio.get_running_loop().time()  # what /healthz asks of the database
-        if d is not None and state == "running":  # the backstop of the pause NOTIFYs
-            d.paused_read(paused, notes)
-
-    async def _heartbeat_stopping(self, deadline: float) -> None:
-        """While it shuts down, the supervisor's row says `stopping` and goes on beating (written by
-        the shutdown itself, so no beat can land after the row is removed): the console shows a
-        supervisor finishing its jobs, not one whose heartbeat went stale. Best effort: a database
-        that is gone costs the shutdown nothing here."""
-        self.keeper.sample()
-        try:
-            await self._heartbeat("stopping", deadline=min(deadline, asyncio.get_running_loop().time() + 1.0))
-        except psycopg.Error:
-            pass
 
     async def _tick_loop(self) -> None:
         while True:
@@ -314,7 +216,7 @@ class Supervisor:
 
     # --- stopping ------------------------------------------------------------------------------
 
-    async def _shutdown(self, tasks: list[asyncio.Task]) -> int:
+    async def _shutdown(self) -> int:
         loop = asyncio.get_running_loop()
         d = self.dispatcher
         assert d is not None
@@ -334,21 +236,13 @@ class Supervisor:
                 prefetched=len(d.prefetched),
                 timeout=f"{self.config.shutdown_timeout:g}s",
             )
-        by_name = {t.get_name(): t for t in tasks}
         # A claim in flight lands, and what it took is released below; a claim loop stuck reconnecting
         # to a database that is gone is not waited for.
         if not self.links["claims"].lost:  # a claim loop that is reconnecting has nothing in flight
-            await asyncio.wait([by_name["claim"]], timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
+            await self.duties.wait("claim", timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
-        stopped = [
-            by_name[name]
-            for name in ("claim", "flush", "listen", "reap", "heartbeat", "schedule", "prune")
-            if name in by_name
-        ]
-        for task in stopped:
-            task.cancel()
-        await asyncio.gather(*stopped, return_exceptions=True)
+        await self.duties.stop(STOPPED_FIRST)
         released = d.release_prefetched()
         if released:
             self.log("shutdown.released", count=released, reason="prefetched, not started")
@@ -356,13 +250,13 @@ class Supervisor:
         # Past this the database is given up on: what is not written back, the reaper returns.
         db_deadline = deadline + self.config.kill_grace + min(DB_GRACE, self.config.shutdown_timeout)
         lost_db = not await self._try(d.flush(deadline=db_deadline))
-        await self._heartbeat_stopping(deadline)
+        await self.heartbeat.beat_stopping(deadline)
 
         next_report = loop.time() + WAIT_REPORT_EVERY
         next_beat = loop.time() + self.config.heartbeat_interval
         while d.running() and loop.time() < deadline:
             if loop.time() >= next_beat:
-                await self._heartbeat_stopping(deadline)
+                await self.heartbeat.beat_stopping(deadline)
                 next_beat = loop.time() + self.config.heartbeat_interval
             if loop.time() >= next_report:
                 running = d.running()
@@ -407,7 +301,7 @@ class Supervisor:
         self.log("shutdown.done", jobs_done=d.jobs_done)
         return EXIT_WORKERS_FAILED if self.fatal else EXIT_OK
 
-    async def _try(self, step) -> bool:
+    async def _try(self, step: Awaitable[object]) -> bool:
         try:
             await step
             return True

@@ -51,7 +51,7 @@ class Reader:
             self.buffer += data
 
     def _messages(self, limit: int | None = None) -> list[tuple[Any, ...]]:
-        messages = []
+        messages: list[tuple[Any, ...]] = []
         offset = 0
         buffer = self.buffer
         while len(buffer) - offset >= _HEADER.size and (limit is None or len(messages) < limit):
