@@ -24,10 +24,10 @@ check: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir build/site
 
 docs: $(VENV)/.installed
-	$(VENV)/bin/mkdocs build --strict --site-dir build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir build/site
 	@echo "the site is in build/site (make docs-serve serves it at http://127.0.0.1:8000)"
 
 docs-serve: $(VENV)/.installed

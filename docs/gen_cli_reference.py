@@ -1,0 +1,165 @@
+"""Write docs/reference/cli.md from the `jobsup` parser: `jobsup --help`, then every command in the order
+of jobsup.cli.COMMANDS with its one-line HELP and its whole `--help`.
+
+    .venv/bin/python docs/gen_cli_reference.py           # rewrite docs/reference/cli.md
+    .venv/bin/python docs/gen_cli_reference.py --check   # exit 1 if it is not current
+
+tests/test_cli_reference.py checks that the page is current, and that each command's real `--help`
+appears in it word for word.
+
+The help is rendered the same wherever this runs: 100 columns (argparse wraps to the terminal); no
+JOBSUP_* variable set (a set one shows its value beside the built-in default); XDG_DATA_HOME set to
+~/.local/share, its usual value, so that the embedded server's default data directory reads
+~/.local/share/jobsup/pgdata rather than the home of whoever ran this; and the default of --procs, the
+machine's cores up to 8, shown as N.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import re
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TARGET = ROOT / "docs" / "reference" / "cli.md"
+WIDTH = 100
+REGENERATE = ".venv/bin/python docs/gen_cli_reference.py"
+
+# What the embedded server's default data directory is with XDG_DATA_HOME=~/.local/share. The command
+# computes it when jobsup.db.embedded is imported; a process that imported it before (the test suite)
+# is given this value while the reference renders. The subprocess check of tests/test_cli_reference.py
+# confirms the real command prints the same.
+DATA_DIR_SHOWN = Path("~/.local/share/jobsup/pgdata")
+
+# Variables that change what --help says, removed while it renders. Every JOBSUP_* variable goes too.
+_UNSET = ("FORCE_COLOR", "PYTHON_COLORS")
+
+# The defaults of `jobsup start --procs` and `jobsup bench --procs` are min(8, the machine's cores): one
+# digit, shown as N so that the page is the same on every machine (one character for one, so argparse
+# wraps the lines the same).
+_MACHINE = [
+    re.compile(r"(\(env JOBSUP_PROCS;\s+default )[1-8](\))"),
+    re.compile(r"(worker processes of the supervisor\s+\(default )[1-8](\))"),
+]
+
+
+def help_environ(base: Mapping[str, str]) -> dict[str, str]:
+    """`base` as the reference is rendered in: fixed width, no JOBSUP_* variable, the data home ~/.local/share."""
+    env = {k: v for k, v in base.items() if not k.startswith("JOBSUP_") and k not in _UNSET}
+    env.update(COLUMNS=str(WIDTH), XDG_DATA_HOME="~/.local/share", NO_COLOR="1")
+    return env
+
+
+def machine_free(text: str) -> str:
+    """A help text with the machine's core count in --procs' default replaced by N.
+
+    >>> machine_free("worker processes (env JOBSUP_PROCS;\\n    default 2)")
+    'worker processes (env JOBSUP_PROCS;\\n    default N)'
+    """
+    for pattern in _MACHINE:
+        text = pattern.sub(r"\g<1>N\g<2>", text)
+    return text
+
+
+@contextmanager
+def _rendering() -> Iterator[None]:
+    """os.environ as help_environ makes it, and the embedded default as it then is; both restored."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(help_environ(saved))
+    from jobsup.db import embedded
+
+    data_dir = embedded.DEFAULT_DATA_DIR
+    embedded.DEFAULT_DATA_DIR = DATA_DIR_SHOWN
+    try:
+        yield
+    finally:
+        embedded.DEFAULT_DATA_DIR = data_dir
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def help_texts() -> dict[str, str]:
+    """{"": `jobsup --help`, name: `jobsup NAME --help`} for every command, in COMMANDS order."""
+    with _rendering():
+        from jobsup.cli import COMMANDS, build_parser
+
+        parser = build_parser()
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        texts = {"": parser.format_help()}
+        for name in COMMANDS:
+            texts[name] = sub.choices[name].format_help()
+    return {name: machine_free(text) for name, text in texts.items()}
+
+
+def python() -> str:
+    """The Python whose argparse renders the help, as the page's first line names it: argparse's layout
+    changes between minor versions."""
+    return f"Python {sys.version_info.major}.{sys.version_info.minor}"
+
+
+def rendered_by(page: str) -> str | None:
+    """The Python named in the first line of a page this script wrote."""
+    found = re.search(r"\((Python \d+\.\d+)'s argparse\)", page.split("\n", 1)[0])
+    return found[1] if found else None
+
+
+def _fenced(text: str) -> str:
+    return "```text\n" + text.rstrip("\n") + "\n```\n"
+
+
+def render() -> str:
+    """The whole of docs/reference/cli.md."""
+    from jobsup.cli import COMMANDS
+
+    texts = help_texts()
+    helps = {name: importlib.import_module(f"jobsup.cli.{name.replace('-', '_')}").HELP for name in COMMANDS}
+    parts = [
+        f"<!-- Generated by docs/gen_cli_reference.py from the parser ({python()}'s argparse): do not edit\n"
+        f"     by hand; run {REGENERATE} -->\n",
+        "# Command line\n",
+        "Every `jobsup` command with its whole `--help`, as the command prints it. Every command takes "
+        "`--dsn` and `--data-dir` (see [Configuration](configuration.md)); what its exit status means is "
+        "in [Exit codes](exit-codes.md).\n",
+        f"The help is shown at {WIDTH} columns and with no `JOBSUP_*` variable set: when one is set, "
+        "`--help` shows its value beside the built-in default. The default of `--procs` (of `jobsup start` "
+        "and `jobsup bench`) is the number of the machine's cores, at most 8: it is shown here as N.\n",
+        "Durations take seconds (`0.4`) or a unit (`400ms`, `30s`, `5m`, `1h`, `7d`).\n",
+        "## jobsup\n",
+        _fenced(texts[""]),
+    ]
+    for name in COMMANDS:
+        parts += [f"## jobsup {name}\n", helps[name][0].upper() + helps[name][1:] + ".\n", _fenced(texts[name])]
+    return "\n".join(parts)
+
+
+def main(argv: list[str]) -> int:
+    check = argv == ["--check"]
+    if argv and not check:
+        print(f"usage: {REGENERATE} [--check]", file=sys.stderr)
+        return 2
+    # Before jobsup is imported, so that everything it computes at import sees the rendering's environment.
+    env = help_environ(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    sys.path.insert(0, str(ROOT))
+    text = render()
+    if check:
+        current = TARGET.read_text() if TARGET.exists() else ""
+        if current != text:
+            print(f"{TARGET.relative_to(ROOT)} is not current: run {REGENERATE}", file=sys.stderr)
+            return 1
+        return 0
+    TARGET.parent.mkdir(parents=True, exist_ok=True)
+    TARGET.write_text(text)
+    print(f"wrote {TARGET.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
