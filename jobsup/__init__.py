@@ -32,12 +32,25 @@ _EXPORTS = {
 
 __all__ = sorted([*_EXPORTS, "__version__"])
 
+# For type checkers only: the `X as X` form marks each name as re-exported (mypy's no_implicit_reexport,
+# ruff's F401), since neither reads the computed __all__ above.
 if TYPE_CHECKING:
-    from jobsup.app import App, Handler, load_app
-    from jobsup.client import AsyncQueue, Queue, aenqueue, aenqueue_many, enqueue, enqueue_many
-    from jobsup.errors import JobsupError
-    from jobsup.job import EnqueueOptions, Job, JobSpec
-    from jobsup.outcomes import Discard, RetryAfter, Snooze
+    from jobsup.app import App as App
+    from jobsup.app import Handler as Handler
+    from jobsup.app import load_app as load_app
+    from jobsup.client import AsyncQueue as AsyncQueue
+    from jobsup.client import Queue as Queue
+    from jobsup.client import aenqueue as aenqueue
+    from jobsup.client import aenqueue_many as aenqueue_many
+    from jobsup.client import enqueue as enqueue
+    from jobsup.client import enqueue_many as enqueue_many
+    from jobsup.errors import JobsupError as JobsupError
+    from jobsup.job import EnqueueOptions as EnqueueOptions
+    from jobsup.job import Job as Job
+    from jobsup.job import JobSpec as JobSpec
+    from jobsup.outcomes import Discard as Discard
+    from jobsup.outcomes import RetryAfter as RetryAfter
+    from jobsup.outcomes import Snooze as Snooze
 
 
 def __getattr__(name: str) -> Any:

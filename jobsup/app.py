@@ -100,7 +100,8 @@ class App:
         schedule = Schedule(
             name=name,
             kind=kind,
-            expression=spec,
+            # A bool is left unconverted above (an int to Python, but no interval): Schedule refuses it.
+            expression=spec,  # type: ignore[arg-type]
             tz=tz,
             payload=payload,
             queue=defaults.queue if queue is None else queue,

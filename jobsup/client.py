@@ -77,14 +77,14 @@ def enqueue(
     conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
-    return run(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
+    return run(conn, _enqueue_op(make_spec(kind, payload, options)))
 
 
 async def aenqueue(
     conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """The asyncio form of enqueue."""
-    return await arun(conn, _enqueue_op(make_spec(kind, payload, options)))  # type: ignore[arg-type]
+    return await arun(conn, _enqueue_op(make_spec(kind, payload, options)))
 
 
 def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[OneJob]) -> list[int | None]:

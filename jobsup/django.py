@@ -14,9 +14,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Iterable
 from inspect import iscoroutinefunction
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 try:
     import django
@@ -27,7 +26,9 @@ from django.core import checks
 from django.db import close_old_connections, connections
 from django.utils.module_loading import import_string
 
-if django.VERSION >= (6, 0):
+# Type checkers read the Django 6 branch only (django-stubs types django.tasks): the backport's names are
+# the same API as other classes, which mypy would report as incompatible redefinitions.
+if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
@@ -46,6 +47,7 @@ else:
 
 from jobsup.app import App, Handler, load_app
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.errors import AppNotFound, NoHandler
 from jobsup.job import DEFAULT_MAX_ATTEMPTS, Job, encoded_json
 
@@ -126,8 +128,8 @@ class JobsupBackend(BaseTaskBackend):
                     "max_attempts": self.max_attempts,
                 },
             )
-            job_id, created_at = cursor.fetchone()
-        result = TaskResult(
+            job_id, created_at = one_row(cursor.fetchone(), "task_enqueue")
+        result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=str(job_id),
             status=TaskResultStatus.READY,
@@ -186,7 +188,7 @@ class JobsupBackend(BaseTaskBackend):
             )
         except InvalidTask:
             pass  # a queue or backend the settings no longer accept: the task as it is declared now
-        result = TaskResult(
+        result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=str(job_id),
             status=STATUS[status],
@@ -204,14 +206,18 @@ class JobsupBackend(BaseTaskBackend):
             object.__setattr__(result, "_return_value", _json(return_value))
         return result
 
-    def check(self, **kwargs: Any) -> Iterable[checks.CheckMessage]:
+    # A list, the return type django-stubs gives the base's check (Django only iterates it).
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         vendor = connections[self.database].vendor if self.database in connections else None
-        if vendor != "postgresql":
-            yield checks.Error(
+        if vendor == "postgresql":
+            return []
+        return [
+            checks.Error(
                 f"TASKS[{self.alias!r}] uses jobsup.django.JobsupBackend, which needs a "
                 f"PostgreSQL database; DATABASES[{self.database!r}] is {vendor or 'not set'}",
                 id="jobsup.E001",
             )
+        ]
 
 
 def _json(value: Any) -> Any:

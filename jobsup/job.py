@@ -140,10 +140,11 @@ _SPEC_FIELDS = tuple(f.name for f in fields(JobSpec))
 def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str) -> None:
     """BadInput naming the first option that is not one of `known`, with the closest one it may mean.
 
-    >>> _refuse_unknown({"priorty": 1}, OPTIONS, "enqueue")
+    >>> _refuse_unknown({"priorty": 1}, OPTIONS, "enqueue")  # doctest: +NORMALIZE_WHITESPACE
     Traceback (most recent call last):
     ...
-    jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?); its options: queue, priority, delay, run_at, max_attempts, unique_key
+    jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?);
+    its options: queue, priority, delay, run_at, max_attempts, unique_key
     """
     for name in names:
         if name not in known:

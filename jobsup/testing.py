@@ -20,8 +20,10 @@ import signal
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
 from typing import Any
 
 import psycopg
@@ -29,7 +31,7 @@ from psycopg.rows import dict_row
 
 from jobsup.app import App, load_app
 from jobsup.db import lifecycle
-from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Snoozed
+from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Outcome, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
 from jobsup.job import Job
@@ -141,7 +143,8 @@ def _write(
         lifecycle.complete(conn, [(job.id, job.attempts)], locked_by, [value] if value is not None else None)
         return Ran(job.id, job.kind, job.attempts, "done", None, json.loads(value) if value is not None else None)
     if isinstance(record, Snoozed):
-        [outcome] = lifecycle.snooze(conn, [record], locked_by) or [None]
+        snoozed: Sequence[Outcome | None] = lifecycle.snooze(conn, [record], locked_by) or [None]
+        [outcome] = snoozed  # None: the job was no longer held
         return Ran(
             job.id,
             job.kind,
@@ -152,9 +155,10 @@ def _write(
     if isinstance(record, Cancel):
         lifecycle.cancel_held(conn, [record], locked_by)
         return Ran(job.id, job.kind, job.attempts, "cancelled", answer.error)
-    [outcome] = lifecycle.fail(
+    failed: Sequence[Outcome | None] = lifecycle.fail(
         conn, [record], locked_by, backoff_base=backoff_base, backoff_cap=backoff_cap, jitter=jitter
     ) or [None]
+    [outcome] = failed
     status = outcome.status if outcome is not None else "failed"
     return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), answer.error)
 
@@ -195,7 +199,7 @@ class _Processes:
         self.ctx = multiprocessing.get_context("forkserver")
         self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
         self.timeouts: dict[str, float] = {}
-        self.process = None
+        self.process: BaseProcess | None = None  # None once closed
         self._start()
 
     def _start(self) -> None:
@@ -224,18 +228,20 @@ class _Processes:
     def _next(self, timeout: float) -> tuple | str:
         """The worker's next message; "ended" if the worker is gone, "timeout" after `timeout` seconds
         (it still runs then)."""
+        process = self.process
+        assert process is not None, "the worker process is closed"
         deadline = time.monotonic() + timeout
         while not self.pending:
             left = deadline - time.monotonic()
-            if left <= 0 or not wait([self.outbox, self.process.sentinel], left):  # type: ignore[union-attr]
+            if left <= 0 or not wait([self.outbox, process.sentinel], left):
                 return "timeout"
             if self.outbox.poll():
                 messages = self.reader.read_available()
                 if messages is None:  # its end of the pipe closed: it is exiting
-                    self.process.join(START_TIMEOUT)  # type: ignore[union-attr]
+                    process.join(START_TIMEOUT)
                     return "ended"
                 self.pending.extend(messages)
-            elif not self.process.is_alive():  # type: ignore[union-attr]
+            elif not process.is_alive():
                 return "ended"
         return self.pending.pop(0)
 
@@ -245,23 +251,27 @@ class _Processes:
         from jobsup.supervisor.worker import job_fields
 
         # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
-        as_text = job._replace(payload=json.dumps(job.payload), errors=json.dumps(job.errors) if job.errors else None)
+        # Job carries the text here, as it does in the supervisor (Job.errors is typed as the handler sees it).
+        errors = json.dumps(job.errors) if job.errors else None
+        as_text = job._replace(payload=json.dumps(job.payload), errors=errors)  # type: ignore[arg-type]
         send(self.inbox.fileno(), ("jobs", [job_fields(as_text)]))
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):
             return Answer(*message[1:])
         process = self.process
+        assert process is not None, "the worker process is closed"
         if message == "timeout":
             cause = f"timed out after {limit:g}s"
-            process.terminate()  # type: ignore[union-attr]
-            process.join(KILL_GRACE)  # type: ignore[union-attr]
-            if process.is_alive():  # type: ignore[union-attr]
-                os.kill(process.pid, signal.SIGKILL)  # type: ignore[union-attr]
+            process.terminate()
+            process.join(KILL_GRACE)
+            if process.is_alive():
+                assert process.pid is not None  # it was started
+                os.kill(process.pid, signal.SIGKILL)
         else:
             cause = None
-        process.join(5)  # type: ignore[union-attr]
-        cause = cause or exit_cause(process.exitcode)  # type: ignore[union-attr]
+        process.join(5)
+        cause = cause or exit_cause(process.exitcode)
         self._close_pipes()
         self._start()
         return Answer(job.id, cause)

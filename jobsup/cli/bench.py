@@ -23,6 +23,7 @@ from psycopg import conninfo, sql
 
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.errors import EXIT_OK, BadInput
 from jobsup.ops import bench as benchmark
 
@@ -107,8 +108,9 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str,
             where = dsns.redact(server_dsn)
             if jobs:
                 raise BadInput(
-                    f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: jobsup bench will not run "
-                    "among them; use --database NAME for a scratch database (nothing touched)"
+                    f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: "
+                    "jobsup bench will not run among them; use --database NAME for a scratch database "
+                    "(nothing touched)"
                 )
             raise BadInput(
                 f"{where} has a jobsup schema already: jobsup bench only runs in one it creates "
@@ -124,7 +126,7 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str,
 
 def _jobs_held(conn: psycopg.Connection) -> int:
     try:
-        return conn.execute(SQL["bench_jobs_held"]).fetchone()[0]
+        return one_row(conn.execute(SQL["bench_jobs_held"]).fetchone(), "bench_jobs_held")[0]
     except psycopg.errors.UndefinedTable:
         return 0
 
@@ -161,13 +163,14 @@ def run(args: argparse.Namespace) -> int:
         for number in range(1, args.runs + 1):
             seen: list[str] = []
 
-            def step(name: str) -> None:
+            # This run's list and number, bound as defaults rather than read from the loop when called.
+            def step(name: str, seen: list[str] = seen, number: int = number) -> None:
                 if seen:
                     progress.advance(task)
                 seen.append(name)
                 progress.update(task, description=f"run {number}/{args.runs}: {name}")
 
-            start_args = ("--pooler", mode)
+            start_args: tuple[str, ...] = ("--pooler", mode)
             if args.listen_dsn:
                 listen = args.listen_dsn
                 if args.database:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 from datetime import datetime
+from typing import NoReturn
 
 from jobsup.db import embedded
 from jobsup.durations import parse_duration
@@ -18,7 +19,7 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 class Parser(argparse.ArgumentParser):
     """argparse that exits with EXIT_USAGE and one line, like every other refusal of jobsup."""
 
-    def error(self, message: str) -> None:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
 
 
@@ -99,9 +100,11 @@ def env_note(variable: str, builtin: object) -> str:
     return note.replace("%", "%%")
 
 
-def database_options() -> argparse.ArgumentParser:
+def database_options() -> Parser:
     """--dsn and --data-dir, shared by every command that talks to the database."""
-    parent = argparse.ArgumentParser(add_help=False)
+    # A Parser like the subcommands it is a parent of (typeshed's add_parser wants that; argparse
+    # takes only its arguments).
+    parent = Parser(add_help=False)
     group = parent.add_argument_group("database")
     # The DSN variables are never shown: they may hold a password.
     group.add_argument(

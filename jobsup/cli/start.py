@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Callable
+from typing import Any
 
 from jobsup.durations import format_duration
 from jobsup.supervisor.config import DEFAULTS, Config
@@ -100,7 +102,13 @@ HELP = "run the supervisor and its workers"
 def configure(parser: argparse.ArgumentParser) -> None:
     from jobsup.cli.options import count, duration, env_note, positive_int
 
-    types = {"int": positive_int, "count": count, "duration": duration, "fraction": float, "text": str}
+    types: dict[str, Callable[[str], Any]] = {
+        "int": positive_int,
+        "count": count,
+        "duration": duration,
+        "fraction": float,
+        "text": str,
+    }
     parser.description = (
         "Run the supervisor: it spawns --procs isolated worker processes, claims jobs in "
         "batches, hands them to idle workers, writes outcomes back, renews leases and "

@@ -46,8 +46,8 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     kinds.add_column("kind")
     for name in _COLUMNS:
         kinds.add_column(name, justify="right")
-    for row in snap.kinds:
-        kinds.add_row(row.kind, *(f"{getattr(row, name):,}" for name in _COLUMNS))
+    for counts in snap.kinds:  # not `row`, the name of the dict rows below
+        kinds.add_row(counts.kind, *(f"{getattr(counts, name):,}" for name in _COLUMNS))
     total = snap.total
     kinds.add_row("total", *(f"{getattr(total, name):,}" for name in _COLUMNS), style="bold")
     console.print(kinds)

@@ -8,7 +8,7 @@ under the caller's `locked_by` and the same attempt, so a late answer after a re
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -110,7 +110,11 @@ def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:
     >>> {q: (p, i) for q, (p, _, i) in claim_keys(jobs).items()}
     {'a': (0, 2), 'b': (0, 7)}
     """
-    return {job.queue: (job.priority, job.run_at, job.id) for job in jobs}
+    keys: dict[str, ClaimKey] = {}
+    for job in jobs:
+        assert job.run_at is not None  # a claimed row's: the column is NOT NULL (None is Job's default)
+        keys[job.queue] = (job.priority, job.run_at, job.id)
+    return keys
 
 
 def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:

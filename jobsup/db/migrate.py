@@ -1,4 +1,4 @@
-"""Numbered schema migrations, shipped in jobsup/migrations as NNNN_name.sql.
+"""Numbered schema migrations, shipped in jobsup/db/migrations as NNNN_name.sql.
 
 Applied in order, each in the transaction that records it in jobsup.migrations, under an advisory lock:
 two `jobsup migrate` at once apply each migration once, and running it again changes nothing.
@@ -13,6 +13,7 @@ from importlib import resources
 import psycopg
 
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.errors import SchemaMissing
 
 # Key of the advisory lock that serialises migrations ("jobsupmg" as a 64-bit integer).
@@ -63,9 +64,9 @@ def migrate(conn: psycopg.Connection) -> list[Migration]:
 
 def schema_version(conn: psycopg.Connection) -> int:
     """The applied version, 0 when the schema is absent."""
-    if not conn.execute(SQL["schema_exists"]).fetchone()[0]:
+    if not one_row(conn.execute(SQL["schema_exists"]).fetchone(), "schema_exists")[0]:
         return 0
-    return conn.execute(SQL["schema_version"]).fetchone()[0]
+    return one_row(conn.execute(SQL["schema_version"]).fetchone(), "schema_version")[0]
 
 
 def require_schema(conn: psycopg.Connection) -> None:

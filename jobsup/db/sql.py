@@ -10,9 +10,11 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
+
+R = TypeVar("R")
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Comment lines after a statement's last line of SQL: the header of the next section, not this
@@ -26,8 +28,8 @@ def load(text: str) -> dict[str, str]:
     >>> load("-- name: a\\nSELECT 1\\n\\n-- section\\n-- %(x)s is...\\n-- name: b\\n-- why\\nSELECT 2\\n")
     {'a': 'SELECT 1', 'b': '-- why\\nSELECT 2'}
     """
-    parts = _NAME.split(text)
-    return {name: _TRAILING_COMMENTS.sub("", body.strip()) for name, body in zip(parts[1::2], parts[2::2])}
+    parts = _NAME.split(text)  # [before the first name, name, body, name, body, ...]: names and bodies pair up
+    return {name: _TRAILING_COMMENTS.sub("", body.strip()) for name, body in zip(parts[1::2], parts[2::2], strict=True)}
 
 
 def load_all() -> dict[str, str]:
@@ -71,6 +73,22 @@ async def arun(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
     async with conn.cursor() as cur:
         await cur.execute(STATEMENTS[op.name], op.params)
         return op.parse(await cur.fetchall())
+
+
+def one_row(row: R | None, name: str) -> R:
+    """The row fetched from statement `name`, one that always returns a row (an aggregate, EXISTS, a
+    SELECT without FROM): None there is a bug, named here rather than a TypeError on None further on.
+
+    >>> one_row((1,), "schema_exists")
+    (1,)
+    >>> one_row(None, "schema_exists")
+    Traceback (most recent call last):
+    ...
+    RuntimeError: statement 'schema_exists' returned no row
+    """
+    if row is None:
+        raise RuntimeError(f"statement {name!r} returned no row")
+    return row
 
 
 def sorted_ids(rows: list[tuple[Any, ...]]) -> list[int]:

@@ -116,7 +116,7 @@ class FilterInput(Input):
 class TopApp(App[None]):
     CSS_PATH = "top.tcss"
     TITLE = "jobsup top"
-    BINDINGS = KEYS
+    BINDINGS = [*KEYS]  # a new list, typed as textual's list[BindingType] (list is invariant)
     # Side by side from WIDE columns; the Jobs tab pinned above the others from WIDE × TALL (top.tcss).
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (WIDE, "-wide")]
     VERTICAL_BREAKPOINTS = [(0, "-short"), (TALL, "-tall")]
@@ -614,10 +614,11 @@ class TopApp(App[None]):
 
     @on(DataTable.RowSelected)
     def _open_job(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value
-        job_id = (
-            int(key) if event.data_table.id == "dead" else worker_job(key) if event.data_table.id == "workers" else None
-        )
+        key = event.row_key.value  # a dead job's row is keyed by its id, a worker's as worker_job reads it
+        if event.data_table.id == "dead" and key is not None:
+            job_id: int | None = int(key)
+        else:
+            job_id = worker_job(key) if event.data_table.id == "workers" else None
         if job_id is not None:
             self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
 

@@ -11,11 +11,17 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
-from jobsup.durations import format_age as age
+from jobsup.durations import format_age
 from jobsup.ops.latency import KindLatency, summarize
-from jobsup.ops.snapshot import COUNT_COLUMNS, LIVE_COLUMNS, KindCounts, column_sums, counts_by_kind
+
+# Re-exported (the `X as X` form): the panels read these through this module, as fig.COUNT_COLUMNS.
+from jobsup.ops.snapshot import COUNT_COLUMNS as COUNT_COLUMNS
+from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, counts_by_kind
+from jobsup.ops.snapshot import column_sums as column_sums
+
+age = format_age  # the console's name for it: the panels show ages as fig.age(seconds)
 
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
@@ -136,7 +142,7 @@ class Figures:
 
     @property
     def total(self) -> KindRow:
-        return KindRow("total", **column_sums(self.kinds))
+        return KindRow("total", **column_sums(self.kinds), queues=())  # queues named: the sums fill only counts
 
     @property
     def oldest_ready(self) -> float | None:
@@ -254,7 +260,8 @@ def supervisor(row: Mapping[str, Any]) -> Supervisor:
 def worker(item: Mapping[str, Any]) -> Worker:
     """A worker of a supervisor's heartbeat row, tolerant of missing fields.
 
-    >>> worker({"pid": 7, "state": "busy", "job_id": 3, "job_started_at": "2026-01-01T00:00:00+00:00"}).job_started_at.year
+    >>> w = worker({"pid": 7, "state": "busy", "job_id": 3, "job_started_at": "2026-01-01T00:00:00+00:00"})
+    >>> w.job_started_at.year
     2026
     >>> worker({"pid": 7}).state
     '?'
@@ -344,13 +351,13 @@ class Throughput:
         while len(self.samples) > 2 and at - self.samples[1][0] >= self.seconds:
             self.samples.popleft()
 
-    def _index(self, name: str) -> int:
+    def _index(self, name: str) -> Literal[1, 2]:  # a literal, so a sample's field there is an int
         return 1 if name == "done" else 2
 
     def rates(self, name: str) -> list[float]:
         """Per-second rates between consecutive samples, oldest first (a total that shrank counts 0)."""
         i = self._index(name)
-        pairs = zip(list(self.samples), list(self.samples)[1:])
+        pairs = zip(list(self.samples), list(self.samples)[1:], strict=False)  # consecutive pairs: one fewer
         return [max(0, b[i] - a[i]) / (b[0] - a[0]) for a, b in pairs]
 
     def rate(self, name: str) -> float | None:
@@ -475,7 +482,7 @@ def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
     if previous is None:
         return set()
     before = {k.kind: k for k in (*previous.kinds, previous.total)}
-    cells = set()
+    cells: set[tuple[str, str]] = set()
     for row in (*current.kinds, current.total):
         old = before.get(row.kind, KindRow(row.kind))
         cells.update((row.kind, name) for name in COUNT_COLUMNS if getattr(row, name) != getattr(old, name))

@@ -59,7 +59,7 @@ def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]], newest_fi
     if keys == [row.key.value for row in table.ordered_rows]:
         columns = [column.key for column in table.ordered_columns]
         for key, cells in rows:
-            for column, cell in zip(columns, cells):
+            for column, cell in zip(columns, cells, strict=True):  # a cell for each column
                 table.update_cell(key, column, cell, update_width=True)
         return round(table.scroll_y)
     selected, index, top = selected_key(table), table.cursor_row, round(table.scroll_y)
@@ -80,8 +80,12 @@ def fill(table: DataTable, rows: Sequence[tuple[str, Sequence[Text]]], newest_fi
         # The new rows' height is known only after the next layout: scrolling now would be cut short.
         table.call_after_refresh(table.scroll_to, y=top, animate=False)
         return top
-    follow = table.has_focus and selected in keys
-    table.move_cursor(row=keys.index(selected) if follow else min(index, len(rows) - 1), scroll=False)
+    # The focused table follows its selected row (the `in` test also rules out None for the type checker).
+    if table.has_focus and selected in keys:
+        cursor = keys.index(selected)
+    else:
+        cursor = min(index, len(rows) - 1)
+    table.move_cursor(row=cursor, scroll=False)
     table.scroll_y = top
     return top
 
@@ -185,7 +189,7 @@ class KindsPanel(Panel):
         kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
         for k in kinds:
             rows.append((k.kind, self._cells(k, view)))
-        total = fig.KindRow("total", **fig.column_sums(kinds))
+        total = fig.KindRow("total", **fig.column_sums(kinds), queues=())  # queues named: the sums fill only counts
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
         fill(self.query_one(Table), rows)
 
@@ -300,7 +304,7 @@ class DeadPanel(Panel):
             ]
             for j in figures.dead_jobs
         ]
-        width = last_column_width(self.size.width, list(zip(["id", "kind", "att", "died"], *cells)))
+        width = last_column_width(self.size.width, list(zip(["id", "kind", "att", "died"], *cells, strict=True)))
         above = fill(
             self.query_one(Table),
             [
@@ -308,7 +312,7 @@ class DeadPanel(Panel):
                     str(j.id),
                     [right(c[0]), left(c[1]), right(c[2]), right(c[3]), left(fig.short_error(j.last_error, width))],
                 )
-                for j, c in zip(figures.dead_jobs, cells)
+                for j, c in zip(figures.dead_jobs, cells, strict=True)
             ],
             newest_first=True,
         )
@@ -356,7 +360,7 @@ class GroupsPanel(Panel):
                         left(fig.short_error(g.error, width) or "(no error)"),
                     ],
                 )
-                for g, when in zip(figures.dead_groups, latest)
+                for g, when in zip(figures.dead_groups, latest, strict=True)
             ],
         )
 
@@ -487,7 +491,8 @@ class ReaperPanel(Panel):
             ]
             for p in figures.reaper_passes
         ]
-        width = last_column_width(self.size.width, list(zip(["when", "by", "jobs", "dead", "from"], *cells)), 8)
+        headers = ["when", "by", "jobs", "dead", "from"]
+        width = last_column_width(self.size.width, list(zip(headers, *cells, strict=True)), 8)
         fill(
             self.query_one(Table),
             [
@@ -502,6 +507,6 @@ class ReaperPanel(Panel):
                         left(fig.id_list(p.job_ids, width)),
                     ],
                 )
-                for p, c in zip(figures.reaper_passes, cells)
+                for p, c in zip(figures.reaper_passes, cells, strict=True)
             ],
         )

@@ -106,7 +106,7 @@ class SchedulesPanel(Vertical):
     SchedulesPanel:focus-within { border: round $accent; }
     SchedulesPanel DataTable { height: 1fr; background: transparent; }
     """
-    BINDINGS = KEYS
+    BINDINGS = [*KEYS]  # a new list, typed as textual's list[BindingType] (list is invariant)
 
     def __init__(
         self,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import psycopg
 from psycopg.rows import dict_row
@@ -133,7 +133,7 @@ class Source:
         self._last_error = None
         return self._conn
 
-    def _failed(self, message: str) -> None:
+    def _failed(self, message: str) -> NoReturn:
         self._failures += 1
         self._next_attempt = time.monotonic() + backoff(self._failures)
         self._last_error = message

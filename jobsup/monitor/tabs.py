@@ -156,7 +156,8 @@ class Tabs:
 def tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str = "") -> Text:
     """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
 
-    >>> print(tab_bar([(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")], "dead", "reverse").plain)
+    >>> tabs = [(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")]
+    >>> print(tab_bar(tabs, "dead", "reverse").plain)
      1 Jobs  [2 Dead 445]
     """
     out = Text()

@@ -22,6 +22,7 @@ import psycopg
 
 from jobsup import client
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.errors import JobsupError
 
 APP = "jobsup.ops.bench_app:app"
@@ -49,7 +50,7 @@ def wait(condition: Callable[[], object], timeout: float, what: str, interval: f
 
 
 def done_of(conn: psycopg.Connection, kind: str) -> int:
-    return conn.execute(SQL["bench_done_of_kind"], {"kind": kind}).fetchone()[0]
+    return one_row(conn.execute(SQL["bench_done_of_kind"], {"kind": kind}).fetchone(), "bench_done_of_kind")[0]
 
 
 def enqueue_bulk(conn: psycopg.Connection, kind: str, count: int) -> float:
@@ -77,7 +78,10 @@ def pickup(dsn: str, sizes: Sizes, connect: Callable[[str], psycopg.Connection])
     committed: dict[int, float] = {}
     with connect(dsn) as conn:
         conn.autocommit = False
-        count = lambda: conn.execute(SQL["bench_pickup_count"]).fetchone()[0]
+
+        def count() -> int:
+            return one_row(conn.execute(SQL["bench_pickup_count"]).fetchone(), "bench_pickup_count")[0]
+
         conn.execute(SQL["bench_pickup_clear"])  # the rows of an earlier run
         conn.commit()
         for _ in range(sizes.pickup_warmup):
@@ -89,11 +93,12 @@ def pickup(dsn: str, sizes: Sizes, connect: Callable[[str], psycopg.Connection])
         conn.commit()
         for _ in range(sizes.pickup_jobs):
             job_id = client.enqueue(conn, "pickup")
+            assert job_id is not None  # None only for a duplicate unique_key, and these jobs have none
             conn.commit()
             committed[job_id] = time.time()
             time.sleep(sizes.pickup_gap)
         wait(lambda: count() == sizes.pickup_jobs, 60, "pickups")
-        started = dict(conn.execute(SQL["bench_pickup_times"]).fetchall())
+        started: dict[int, float] = dict(conn.execute(SQL["bench_pickup_times"]).fetchall())
         conn.commit()
     return sorted((started[i] - committed[i]) * 1000 for i in committed)
 
@@ -137,7 +142,7 @@ def one_run(
             if process.poll() is not None:
                 raise BenchFailed(f"bench: the supervisor exited {process.returncode}: see {log.name}")
             row = conn.execute(SQL["bench_workers"]).fetchone()
-            return bool(row) and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
+            return row is not None and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
 
         wait(all_idle, 60, "the workers")
         # Latency first, on an idle system: after the throughput runs, autovacuum of their dead rows
@@ -148,7 +153,8 @@ def one_run(
         noop, cpu, enqueue_rate = throughput(conn, "noop", sizes.noop_jobs, sup)
         step("1 ms jobs")
         sleep, _, _ = throughput(conn, "sleep_1ms", sizes.sleep_jobs, sup)
-        rss = statistics.median(w["rss"] for w in conn.execute(SQL["bench_workers"]).fetchone()[0]) / 2**20
+        workers = one_row(conn.execute(SQL["bench_workers"]).fetchone(), "bench_workers")[0]  # all_idle saw the row
+        rss = statistics.median(w["rss"] for w in workers) / 2**20
         failed = False
     finally:
         process.terminate()

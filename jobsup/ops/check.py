@@ -15,6 +15,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.durations import format_age, format_duration
 
 MAX_OLDEST_AGE = 300.0  # seconds; the default of --max-oldest-age
@@ -132,5 +133,5 @@ def check(conn: psycopg.Connection, limits: Limits) -> Result:
             row["queue"]: row["age"] for row in cur.fetchall() if limits.queue is None or row["queue"] == limits.queue
         }
         cur.execute(SQL["check_figures"], {"queue": limits.queue})
-        row = cur.fetchone()
+        row = one_row(cur.fetchone(), "check_figures")
     return judge(limits, oldest, row["dead"], row["reaped_last_minute"])

@@ -190,7 +190,7 @@ def check_xmin_horizon(sessions: list[dict[str, Any]], t: Thresholds) -> Check:
     timed = sorted((h for h in holders if h["xact_age"] is not None), key=lambda h: -h["xact_age"])
     hidden_first = holders[0]["xact_age"] is None
     s = timed[0] if timed and (not hidden_first or over(timed[0]["xact_age"], t.max_xmin_age)) else holders[0]
-    figures = {"holders": [_session_figures(h) for h in holders], "oldest": _session_figures(s)}
+    figures: dict[str, Any] = {"holders": [_session_figures(h) for h in holders], "oldest": _session_figures(s)}
     pid = s["pid"]
     if s["xact_age"] is None:
         # The server hides the times of other roles' sessions (or it is a walsender, which has none).
@@ -418,8 +418,9 @@ def check_supervisors(supervisors: list[dict[str, Any]], t: Thresholds) -> Check
         "warn",
         message,
         "a supervisor that died without cleaning up (or is stalled): check that process on its host; "
-        "a live supervisor removes a dead one's row (one of its own host whose pid is gone 10 s after its last beat, any other 5 minutes after), and its "
-        "running jobs come back when their leases expire (see orphaned_jobs)",
+        "a live supervisor removes a dead one's row (one of its own host whose pid is gone 10 s after its "
+        "last beat, any other 5 minutes after), and its running jobs come back when their leases expire "
+        "(see orphaned_jobs)",
         figures,
     )
 

@@ -12,6 +12,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 from jobsup.durations import format_age
 from jobsup.ops.doctor import Thresholds, dead_share, over, too_dead
 
@@ -25,9 +26,11 @@ def health_line(row: dict[str, Any], thresholds: Thresholds = Thresholds()) -> s
     >>> health_line({"holder": "session", "name": "4211", "state": "active", "age": 3.0, "xmin_xids": 1,
     ...              "slot": None, "slot_xmin_xids": None, "live_tuples": 100, "dead_tuples": 5_000}) is None
     True
-    >>> health_line({"holder": None, "name": None, "state": None, "age": None, "xmin_xids": None,
+    >>> line = health_line({"holder": None, "name": None, "state": None, "age": None, "xmin_xids": None,
     ...              "slot": "standby1", "slot_xmin_xids": 52000, "live_tuples": 100, "dead_tuples": 2_000_000})
-    "vacuum held back by inactive replication slot 'standby1' (52,000 transactions); jobsup.jobs: 2,000,000 dead tuples (100%)"
+    >>> print(line.replace("; ", ";\\n"))  # one warning a line
+    vacuum held back by inactive replication slot 'standby1' (52,000 transactions);
+    jobsup.jobs: 2,000,000 dead tuples (100%)
     """
     t = thresholds
     warnings = []
@@ -51,10 +54,10 @@ def health_warning(conn: psycopg.Connection, thresholds: Thresholds = Thresholds
     """The console's one-line health warning, or None: one statement over the server's state, no table."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL["health"])
-        return health_line(cur.fetchone(), thresholds)
+        return health_line(one_row(cur.fetchone(), "health"), thresholds)
 
 
 async def ahealth_warning(conn: psycopg.AsyncConnection, thresholds: Thresholds = Thresholds()) -> str | None:
     async with conn.cursor(row_factory=dict_row) as cur:
         await cur.execute(SQL["health"])
-        return health_line(await cur.fetchone(), thresholds)
+        return health_line(one_row(await cur.fetchone(), "health"), thresholds)

@@ -102,7 +102,7 @@ class Histogram:
         self.sum += seconds
 
     def add(self, buckets: Iterable[int], counts: Iterable[int]) -> None:
-        for i, n in zip(buckets, counts):
+        for i, n in zip(buckets, counts, strict=True):  # pairs: a count for each bucket
             if n:
                 self.counts[i] = self.counts.get(i, 0) + n
                 self.total += n

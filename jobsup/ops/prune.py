@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import psycopg
 
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import one_row
 
 # Default windows, in seconds; 0 keeps forever. River keeps completed jobs 24 h and discarded ones 7 d.
 KEEP_DONE = 24 * 3600.0
@@ -96,12 +97,12 @@ async def _batch(
     async with conn.transaction():
         async with conn.cursor() as cur:
             await cur.execute(SQL["prune_turn_wait" if wait else "prune_turn"], {"key": PRUNE_LOCK})
-            if not wait and not (await cur.fetchone())[0]:  # type: ignore[index]
+            if not wait and not one_row(await cur.fetchone(), "prune_turn")[0]:
                 return None
             await cur.execute(SQL["prune_timeout"], {"ms": int(batch.timeout * 1000)})
             await cur.execute(SQL[statement], {"keep": keep, "limit": batch.size})
             if cur.description is not None:  # prune_dead reports its count, the plain DELETEs a rowcount
-                return (await cur.fetchone())[0]  # type: ignore[index]
+                return one_row(await cur.fetchone(), statement)[0]
             return cur.rowcount
 
 
@@ -160,5 +161,5 @@ async def aprunable(conn: psycopg.AsyncConnection, retention: Retention) -> Prun
                 "keep_events": retention.keep_events,
             },
         )
-        done, dead, events = await cur.fetchone()  # type: ignore[misc]
+        done, dead, events = one_row(await cur.fetchone(), "prunable")
     return Pruned(done, dead, events)
