@@ -14,7 +14,8 @@ $(VENV)/.installed: pyproject.toml
 test: $(VENV)/.installed pgbouncer
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Everything that starts no supervisor process (marker `slow` leaves the rest out): a minute or less.
+# The tests not marked `slow` (those start no supervisor or other long-running process and take under
+# about a second each): a minute or less. pytest says how many it left out ("N deselected").
 test-fast: $(VENV)/.installed
 	$(PY) -m pytest -q -m "not slow" $(PYTEST_ARGS)
 

@@ -1,1 +1,1 @@
-"""Benchmark commands (issue 2): `python -m benchmarks.bench_queue`, each figure beside plain SQL."""
+"""Benchmark commands, such as `python -m benchmarks.bench_queue`: each figure beside plain SQL."""

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_cancel [--dsn DSN] [--cancels 20] [--json PATH]
 
-One `jobsup start --procs 2 --app tests.control_app:app` on a fresh database. Each round enqueues a job
+One `jobsup start --procs 2 --app tests.apps.control:app` on a fresh database. Each round enqueues a job
 that sleeps for an hour, waits until it runs (its handler records its pid), runs `jobsup cancel --id N`
 as an operator would, and measures from the command's exit to the worker's pid gone (polled every
 millisecond), and to the row written `cancelled`. The command's own start (a Python process) takes far
@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.server import fresh_database
-from jobsup import queue
+from jobsup import client
 from jobsup.db.migrate import migrate
 from jobsup.ops.control import cancel
 
@@ -60,7 +60,7 @@ def run(dsn: str, cancels: int) -> dict:
             "CREATE TABLE calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())"
         )
         sup = subprocess.Popen(
-            [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", "tests.control_app:app", "--procs", "2"],
+            [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--app", "tests.apps.control:app", "--procs", "2"],
             cwd=ROOT,
             env=env,
             stdout=subprocess.DEVNULL,
@@ -68,18 +68,26 @@ def run(dsn: str, cancels: int) -> dict:
         )
         try:
             kill_ms, written_ms, pickup_ms, api_ms = [], [], [], []
-            for n in range(cancels + 1):  # the first round warms the supervisor up and is not counted
-                job_id = queue.enqueue(conn, "sleep", {"seconds": 3600})
-                pid = wait(lambda: conn.execute("SELECT pid FROM calls WHERE job_id = %s", (job_id,)).fetchone(), 60)[0]
+            # wait() calls its lambda before the loop moves on; each binds this round's job_id and pid
+            # as a default all the same, so none reads a later round's.
+            for _ in range(cancels + 1):  # the first round warms the supervisor up and is not counted
+                job_id = client.enqueue(conn, "sleep", {"seconds": 3600})
+                pid = wait(
+                    lambda job_id=job_id: conn.execute("SELECT pid FROM calls WHERE job_id = %s", (job_id,)).fetchone(),
+                    60,
+                )[0]
                 cancel(conn, ids=[job_id])
                 committed = time.monotonic()
-                wait(lambda: gone(pid), 30)
+                wait(lambda pid=pid: gone(pid), 30)
                 api_ms.append((time.monotonic() - committed) * 1000)
             for _ in range(cancels + 1):
-                job_id = queue.enqueue(conn, "sleep", {"seconds": 3600})
+                job_id = client.enqueue(conn, "sleep", {"seconds": 3600})
                 enqueued = time.time()
                 pid, at = wait(
-                    lambda: conn.execute("SELECT pid, at FROM calls WHERE job_id = %s", (job_id,)).fetchone(), 60
+                    lambda job_id=job_id: conn.execute(
+                        "SELECT pid, at FROM calls WHERE job_id = %s", (job_id,)
+                    ).fetchone(),
+                    60,
                 )
                 result = subprocess.run(
                     [sys.executable, "-m", "jobsup", "cancel", "--id", str(job_id), "--dsn", dsn],
@@ -90,10 +98,10 @@ def run(dsn: str, cancels: int) -> dict:
                 )
                 returned = time.monotonic()
                 assert result.returncode == 0, result.stderr
-                wait(lambda: gone(pid), 30)
+                wait(lambda pid=pid: gone(pid), 30)
                 killed = time.monotonic()
                 wait(
-                    lambda: conn.execute(
+                    lambda job_id=job_id: conn.execute(
                         "SELECT status = 'cancelled' FROM jobsup.jobs WHERE id = %s", (job_id,)
                     ).fetchone()[0],
                     30,

@@ -2,7 +2,7 @@
 
     .venv/bin/python -m benchmarks.bench_cron [--dsn DSN] [--runs 3] [--fires 60] [--json PATH]
 
-Each run starts three `jobsup start --procs 2 --app tests.cron_app:app` (whose `tick` schedule fires
+Each run starts three `jobsup start --procs 2 --app tests.apps.cron:app` (whose `tick` schedule fires
 every second) on a fresh database and measures, for `--fires` fires after three unmeasured ones, the
 time from the scheduled fire time to the handler starting (both clocks are this machine's). As a
 baseline in the same run, one delayed job is enqueued for the middle of each second (run_at = x.5 s),
@@ -30,7 +30,7 @@ from psycopg import conninfo
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import queue
+from jobsup import client
 from jobsup.db import embedded
 from jobsup.db.migrate import migrate
 
@@ -66,7 +66,7 @@ def one_run(server_dsn: str, fires: int) -> dict[str, float]:
                             "--dsn",
                             dsn,
                             "--app",
-                            "tests.cron_app:app",
+                            "tests.apps.cron:app",
                             "--procs",
                             "2",
                         ],
@@ -80,7 +80,7 @@ def one_run(server_dsn: str, fires: int) -> dict[str, float]:
             (now,) = conn.execute("SELECT date_trunc('second', now())").fetchone()
             for n in range(1, fires + WARMUP + 30):
                 at = now + timedelta(seconds=n + 0.5)
-                queue.enqueue(conn, "tick", {"fire_at": at.isoformat()}, run_at=at)
+                client.enqueue(conn, "tick", {"fire_at": at.isoformat()}, run_at=at)
             deadline = time.monotonic() + fires + 120
             first = None
             measured: list[tuple] = []

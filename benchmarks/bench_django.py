@@ -28,7 +28,7 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobsup import queue
+from jobsup import client
 from jobsup.ops.bench import done_of, wait
 
 from .bench_supervisor import bench_args, run_all
@@ -57,7 +57,7 @@ def enqueue_rates(conn: psycopg.Connection) -> dict[str, float]:
 
     def jobsup_each() -> None:
         for _ in range(ENQUEUES):
-            queue.enqueue(conn, "noop")
+            client.enqueue(conn, "noop")
 
     def backend_atomic() -> None:
         with transaction.atomic():
@@ -95,7 +95,7 @@ def noop_rate(dsn: str, conn: psycopg.Connection, procs: int, django: bool) -> f
         wait(all_idle, 120, "the workers")
         before = done_of(conn, kind)
         with conn.transaction():
-            queue.enqueue_many(conn, [{"kind": kind, "payload": TASK_PAYLOAD if django else None}] * NOOP_JOBS)
+            client.enqueue_many(conn, [{"kind": kind, "payload": TASK_PAYLOAD if django else None}] * NOOP_JOBS)
         started = time.perf_counter()
         wait(lambda: done_of(conn, kind) >= before + NOOP_JOBS, 600, f"{NOOP_JOBS} {kind} jobs")
         return NOOP_JOBS / (time.perf_counter() - started)

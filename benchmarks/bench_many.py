@@ -32,8 +32,8 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks import scratch
 from benchmarks.drain import ServerCPU
-from jobsup import benchmark
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.ops import bench as benchmark
 
 LAYOUTS = {"1x8": (1, 8), "4x2": (4, 2)}
 

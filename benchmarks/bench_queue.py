@@ -1,4 +1,4 @@
-"""The queue core's speed, each figure beside the same work done in plain SQL in the same run (issue 2).
+"""The queue core's speed, each figure beside the same work done in plain SQL in the same run.
 
     python -m benchmarks.bench_queue [--dsn DSN] [--runs N] [--jobs N] [--json PATH]
 
@@ -44,7 +44,7 @@ from jobsup import client
 from jobsup.db import embedded, lifecycle
 from jobsup.db.migrate import migrate
 
-# Issue 2's targets: bulk enqueue in jobs/s, and claim+complete as a fraction of plain SQL.
+# The targets: bulk enqueue in jobs/s, and claim+complete as a fraction of plain SQL.
 BULK_TARGET = 60_000
 CLAIM_RATIO_TARGET = 0.8
 BATCHES = (1, 10, 100)
@@ -216,7 +216,7 @@ class Claimers:
             q.put((which, batch))
         self.barrier.wait(timeout=120)  # every worker connected and ready: the clock starts
         start = time.perf_counter()
-        counts, ends = zip(*(self.results.get(timeout=600) for _ in self.procs))
+        counts, ends = zip(*(self.results.get(timeout=600) for _ in self.procs), strict=True)  # (count, end) pairs
         if sum(counts) != expected:
             raise RuntimeError(f"{which} batch {batch}: claimed {sum(counts)} jobs of {expected}")
         return expected / (max(ends) - start)
@@ -301,7 +301,8 @@ def measure(dsn: str, args: argparse.Namespace) -> dict[str, dict[str, list[floa
 def summarise(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]]:
     rows = []
     for name, runs in results.items():
-        ratios = [j / p for j, p in zip(runs["jobsup"], runs["plain"])]
+        # Every run measures each side once: the lists pair up run by run.
+        ratios = [j / p for j, p in zip(runs["jobsup"], runs["plain"], strict=True)]
         row = {
             "measurement": name,
             "jobsup_jobs_per_s": statistics.median(runs["jobsup"]),
@@ -310,7 +311,7 @@ def summarise(results: dict[str, dict[str, list[float]]]) -> list[dict[str, Any]
             "runs": {"jobsup": runs["jobsup"], "plain": runs["plain"], "ratio": ratios},
         }
         if runs["twin"]:
-            same = [j / t for j, t in zip(runs["jobsup"], runs["twin"])]
+            same = [j / t for j, t in zip(runs["jobsup"], runs["twin"], strict=True)]
             row.update(twin_jobs_per_s=statistics.median(runs["twin"]), ratio_same_work=statistics.median(same))
             row["runs"].update(twin=runs["twin"], ratio_same_work=same)
         if name == "bulk enqueue":

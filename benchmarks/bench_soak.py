@@ -17,7 +17,7 @@ an enqueuer that keeps --backlog jobs waiting (plain SQL INSERTs of 5,000 no-op 
 --hold-snapshot AT:FOR opens `BEGIN ISOLATION LEVEL REPEATABLE READ; SELECT 1` at AT and holds it for
 FOR: vacuum can remove no row deleted after it began, as with a forgotten `idle in transaction` session.
 
-At the end it checks what the issue asks: the last minute's throughput is at least 90% of the second
+At the end it checks that the queue holds up over time: the last minute's throughput is at least 90% of the second
 minute's, the total size at the end at most twice the size at minute 2, and with a held snapshot, the
 minute starting one minute after it ended within 10% of the minute before it began. Exit 1 if not.
 """
@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.server import fresh_database
-from jobsup import queue
+from jobsup.db import lifecycle
 from jobsup.db.migrate import migrate
 from jobsup.durations import parse_duration
 
@@ -128,7 +128,7 @@ def prober(dsn: str, shared: Shared) -> None:
             while not shared.stop.is_set():
                 started = time.perf_counter()
                 # From the head of the index, with no claim keys: a claim's worst case.
-                queue.claim(conn, ["default"], PROBE_LIMIT, "soak-probe", 30.0)
+                lifecycle.claim(conn, ["default"], PROBE_LIMIT, "soak-probe", 30.0)
                 elapsed = (time.perf_counter() - started) * 1000
                 conn.rollback()  # the jobs go back untouched
                 with shared.lock:

@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.bench_supervisor [--dsn DSN] [--runs 3] [--procs 8] [--json PATH]
         [--only basic,drain,metrics] [--depths 20000,200000,1000000] [--drain-runs N]
 
-Each run measures, through one supervisor started with default flags (jobsup/benchmark.py, the code
+Each run measures, through one supervisor started with default flags (jobsup/ops/bench.py, the code
 `jobsup bench` runs too):
   - 20,000 no-op jobs enqueued in one transaction: its jobs/s, then jobs/s from its commit to the last done;
   - 5,000 jobs that sleep 1 ms: the same;
@@ -15,7 +15,7 @@ Each run measures, through one supervisor started with default flags (jobsup/ben
 and, in the same run, plain SQL claim-plus-complete by 8 processes in batches of 100 (the ceiling a
 queue on this server cannot beat). Figures are medians over the runs; the machine is shared and noisy.
 
-`--only metrics` (issue 10) runs the same measurements in pairs, one supervisor without --metrics-port
+`--only metrics` runs the same measurements in pairs, one supervisor without --metrics-port
 and one with it, scraped every second over HTTP meanwhile (Prometheus scrapes every 15 s by default),
 alternating in each run, and prints the ratio of their no-op throughput.
 """
@@ -37,8 +37,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks import drain, scratch
-from jobsup import benchmark
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.ops import bench as benchmark
 
 PLAIN_JOBS = 20_000
 PLAIN_BATCH = 100
@@ -96,7 +96,7 @@ def plain_sql(dsn: str, procs: int) -> float:
 
 
 def one_run(dsn: str, procs: int) -> dict[str, float]:
-    """The supervisor's figures (jobsup.benchmark, as `jobsup bench` measures them), then plain SQL."""
+    """The supervisor's figures (jobsup.ops.bench, as `jobsup bench` measures them), then plain SQL."""
     figures = benchmark.one_run(dsn, procs, connect=lambda d: psycopg.connect(d, autocommit=True))
     plain = plain_sql(dsn, procs)
     return {
@@ -199,7 +199,7 @@ def main() -> int:
     parser.add_argument(
         "--depths",
         default="20000,200000",
-        help="backlog depths of the drain runs (default 20000,200000; the issue's are "
+        help="backlog depths of the drain runs (default 20000,200000; the deep-drain table's are "
         "20000,200000,1000000); the first is the baseline of the ratios",
     )
     parser.add_argument("--drain-runs", type=int, help="runs of the drains (default: --runs)")
@@ -227,7 +227,8 @@ def main() -> int:
                 f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):"
             )
             print(
-                f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, with {medians['noop_with_metrics']:,.0f}: "
+                f"  no-op jobs/s without {medians['noop_without_metrics']:,.0f}, "
+                f"with {medians['noop_with_metrics']:,.0f}: "
                 f"ratio {medians['noop_ratio']:.3f} (1 ms jobs: {medians['sleep_1ms_ratio']:.3f}); pickup p50 "
                 f"{medians['pickup_p50_without_ms']:.2f} / {medians['pickup_p50_with_ms']:.2f} ms; "
                 f"supervisor CPU per no-op job, with / without: {medians['cpu_per_job_ratio']:.3f}"

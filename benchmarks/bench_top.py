@@ -1,4 +1,4 @@
-"""What one refresh of `jobsup top` costs the database with a million finished jobs in the table (issue 4).
+"""What one refresh of `jobsup top` costs the database with a million finished jobs in the table.
 
     python -m benchmarks.bench_top [--dsn DSN] [--done N] [--refreshes N]
 
@@ -6,7 +6,7 @@ Without --dsn it starts its own embedded PostgreSQL in a short temporary directo
 socket lives there, and its path must stay under ~100 bytes) and stops and removes it at the end. It
 fills the jobs table with --done finished jobs (generate_series, with matching per-kind totals) beside a
 realistic live part: ready, scheduled and running jobs, dead jobs, two supervisors with workers and some
-reaper events, and full latency histograms (issue 10: 5 kinds, both metrics, 40 buckets each, every
+reaper events, and full latency histograms (5 kinds, both metrics, 40 buckets each, every
 row the pruner keeps). Then it times --refreshes refreshes of the console's Source, twice: right after the
 load, before any ANALYZE (a table that just grew), and after VACUUM ANALYZE. The latency statement is
 also timed alone before the finished jobs are loaded and after: reading percentiles costs the same
@@ -53,7 +53,8 @@ def load(conn: psycopg.Connection, done: int) -> None:
     # The live part: 2,000 ready, 300 scheduled, 40 running, 500 dead over three errors.
     conn.execute("""
         INSERT INTO jobsup.jobs (queue, kind, status, run_at)
-        SELECT (ARRAY['default','reports'])[1 + mod(i, 2)], (ARRAY['email','report','resize','webhook','sms'])[1 + mod(i, 5)],
+        SELECT (ARRAY['default','reports'])[1 + mod(i, 2)],
+               (ARRAY['email','report','resize','webhook','sms'])[1 + mod(i, 5)],
                'queued', now() - mod(i, 300) * interval '1 s'
         FROM generate_series(1, 2000) AS i""")
     conn.execute("""

@@ -1,4 +1,4 @@
-"""Draining a deep backlog (issue 13): `jobsup start` against plain SQL at the same depth, same run.
+"""Draining a deep backlog: `jobsup start` against plain SQL at the same depth, same run.
 
 For each depth, three drains of the same number of no-op jobs, each from a table loaded in one INSERT,
 VACUUM ANALYZEd and checkpointed:
@@ -200,7 +200,7 @@ def _us(value: float | None) -> str:
 
 
 def summary(runs: list[dict[str, dict[str, dict[str, Any]]]], depths: list[int]) -> dict[str, Any]:
-    """Medians over the runs, and the ratios the issue judges by, each the median of per-run ratios
+    """Medians over the runs, and the ratios the drain is judged by, each the median of per-run ratios
     (both halves of a ratio ran under the same load)."""
     import statistics
 

@@ -71,7 +71,7 @@ def feed(dsn: str, stop: threading.Event, log) -> None:
             if conn is None or conn.closed:
                 conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
             batch = []
-            for weight, kind, payload, delay in rng.choices(MIX, weights, k=JOBS_PER_SECOND // 5):
+            for _weight, kind, payload, delay in rng.choices(MIX, weights, k=JOBS_PER_SECOND // 5):
                 batch.append({"kind": kind, "payload": payload, "delay": delay})
             app.enqueue_many(conn, [app.spec(job) for job in batch])
         except psycopg.Error as exc:  # the database went away: try again on the next round

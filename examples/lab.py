@@ -28,8 +28,9 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 from psycopg import conninfo
 
-from jobsup import App, Job, queue
+from jobsup import App, Job, client
 from jobsup.db import dsn as dsns
+from jobsup.db import lifecycle
 from jobsup.db.migrate import migrate
 
 app = App()
@@ -141,7 +142,7 @@ def main() -> int:
     random.Random(7).shuffle(kinds)
     kinds.insert(3, "slow")
     started = time.monotonic()
-    queue.enqueue_many(conn, [{"kind": k} for k in kinds])
+    client.enqueue_many(conn, [{"kind": k} for k in kinds])
     wait_until(
         "the 500 jobs", lambda: one(conn, "SELECT count(*) FROM jobsup.jobs WHERE status IN ('done', 'dead')") == 500
     )
@@ -186,8 +187,8 @@ def main() -> int:
 
     # 4. A worker that claims 3 jobs and dies: in one transaction, so no one else sees them queued.
     with psycopg.connect(dsn) as doomed:
-        ids = [queue.enqueue(doomed, "email") for _ in range(3)]
-        queue.claim(doomed, ["default"], 3, "lab-doomed-worker", 0.4)
+        ids = [client.enqueue(doomed, "email") for _ in range(3)]
+        lifecycle.claim(doomed, ["default"], 3, "lab-doomed-worker", 0.4)
         doomed.commit()
     wait_until(
         "the reaper",
@@ -205,8 +206,8 @@ def main() -> int:
     ok &= attempts == [2, 2, 2] and event is not None and sorted(event[1]) == sorted(ids)
 
     # 5. Shutdown with four slow jobs running and more waiting.
-    slow_ids = queue.enqueue_many(conn, [{"kind": "slow", "priority": 1}] * 4)
-    waiting = queue.enqueue_many(conn, [{"kind": "email"}] * 20)
+    slow_ids = client.enqueue_many(conn, [{"kind": "slow", "priority": 1}] * 4)
+    waiting = client.enqueue_many(conn, [{"kind": "email"}] * 20)
     wait_until(
         "four slow jobs running",
         lambda: one(conn, "SELECT count(*) FROM jobsup.jobs WHERE id = ANY(%s) AND status = 'running'", slow_ids) == 4,

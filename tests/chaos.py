@@ -23,6 +23,7 @@ import tempfile
 import threading
 import time
 from dataclasses import asdict, dataclass, field
+from itertools import pairwise
 from pathlib import Path
 
 import psycopg
@@ -31,7 +32,7 @@ from jobsup import client
 from jobsup.db import embedded
 from jobsup.db.migrate import migrate
 
-from .conftest import with_dbname
+from .helpers import with_dbname
 from .supervisor_helpers import Supervisor
 
 SUPERVISORS = 3
@@ -114,7 +115,7 @@ class Chaos:
 
     def start_supervisor(self) -> Supervisor:
         sup = Supervisor(
-            self.dsn, *FLAGS, procs=PROCS, app="examples.chaos_app:app", fast=False, env={"JOBSUP_CHAOS_DSN": self.dsn}
+            self.dsn, *FLAGS, procs=PROCS, app="tests.apps.chaos:app", fast=False, env={"JOBSUP_CHAOS_DSN": self.dsn}
         )
         self.supervisors.append(sup)
         return sup
@@ -272,7 +273,7 @@ class Chaos:
                 else:
                     c.attempts_unexplained += 1
                     c.errors.append(f"job {job_id}: attempt {attempt} has no run ({entry})")
-            for first, second in zip(mine, mine[1:]):
+            for first, second in pairwise(mine):
                 if first[3] is not None and first[3] <= second[2]:
                     continue
                 if first[3] is None and first[1] in self.killed:
@@ -306,7 +307,8 @@ def report(c: Counts) -> str:
             f"{c.backend_terminations} rounds of pg_terminate_backend ({c.backends_terminated} backends), "
             f"{c.server_restarts} server restart(s)",
             f"  jobs {c.jobs}, done {c.done}, lost {c.lost}",
-            f"  handler runs {c.runs}, attempts {c.attempts}; jobs whose runs == attempts: {c.jobs_runs_equal_attempts}",
+            f"  handler runs {c.runs}, attempts {c.attempts}; "
+            f"jobs whose runs == attempts: {c.jobs_runs_equal_attempts}",
             f"  attempts with no run: {c.attempts_claimed_by_killed_never_started} claimed by a killed supervisor "
             f"before a worker started them, {c.attempts_unexplained} unexplained",
             f"  duplicate runs of one attempt: {c.duplicate_runs_of_one_attempt}",

@@ -1,6 +1,11 @@
 """A real PostgreSQL for every test: the embedded server started once per session, or JOBSUP_TEST_DSN.
 
 Each test gets its own database, cloned from a migrated template, so tests never see each other's jobs.
+
+Tests that start a supervisor or another long-running process, or take more than about a second, are
+marked `slow`, which `make test-fast` (pytest -m "not slow") leaves out. A test that uses a fixture of
+SLOW_FIXTURES below is marked here; a module whose tests are all slow says so with `pytestmark`, and
+any other slow test with `@pytest.mark.slow`.
 """
 
 from __future__ import annotations
@@ -15,17 +20,30 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from psycopg import conninfo
 
 from jobsup.db import embedded
 from jobsup.db.migrate import migrate
 
-TEMPLATE = "jobsup_test_template"
+from .helpers import TEMPLATE, with_dbname
+
 _counter = itertools.count()
 
+# The apps the tests start supervisors on hold no doctests, and importing one fails (broken) or waits
+# (slow) on purpose: --doctest-modules leaves them alone.
+collect_ignore = ["apps"]
 
-def with_dbname(dsn: str, dbname: str) -> str:
-    return conninfo.make_conninfo(dsn, dbname=dbname)
+# Fixtures that start long-running processes: a test that uses one (directly or through another
+# fixture) is marked slow.
+SLOW_FIXTURES = {
+    "start": "real `jobsup start` supervisors",
+    "bouncer": "a real PgBouncer",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if not item.get_closest_marker("slow") and SLOW_FIXTURES.keys() & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")
@@ -85,8 +103,10 @@ def scratch_database(server_dsn: str, prefix: str, create: str) -> Iterator[str]
 @pytest.fixture
 def dsn(server_dsn: str, template_dsn: str) -> Iterator[str]:
     """A fresh, migrated database of this test's own."""
+    # WAL_LOG copies the small template through the WAL: about half the time of FILE_COPY, whose two
+    # checkpoints flush whatever the tests before wrote.
     with scratch_database(
-        server_dsn, "jobsup_test", f"CREATE DATABASE {{name}} TEMPLATE {TEMPLATE} STRATEGY FILE_COPY"
+        server_dsn, "jobsup_test", f"CREATE DATABASE {{name}} TEMPLATE {TEMPLATE} STRATEGY WAL_LOG"
     ) as url:
         yield url
 

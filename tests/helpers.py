@@ -1,4 +1,5 @@
-"""Test helpers: a polling wait with a deadline (never a fixed sleep) and the CLI in a subprocess."""
+"""Test helpers: a polling wait with a deadline (never a fixed sleep), the CLI in a subprocess, and the
+test databases' names."""
 
 from __future__ import annotations
 
@@ -10,9 +11,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from psycopg import conninfo
+
 T = TypeVar("T")
 
 ROOT = Path(__file__).resolve().parent.parent
+
+# The migrated database each test's own is cloned from (tests/conftest.py).
+TEMPLATE = "jobsup_test_template"
+
+
+def with_dbname(dsn: str, dbname: str) -> str:
+    """The same server and credentials, another database."""
+    return conninfo.make_conninfo(dsn, dbname=dbname)
 
 
 def wait_for(
@@ -67,3 +78,32 @@ def jobsup(
         timeout=timeout,
         cwd=ROOT,
     )
+
+
+def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) -> None:
+    """Run every `jobsup ARGS --dsn DSN` case at once: each must exit 2 with one line on stderr that holds
+    its expected text(s), no traceback, and nothing on stdout."""
+    procs = [
+        (
+            args,
+            says,
+            subprocess.Popen(
+                [sys.executable, "-m", "jobsup", *args, "--dsn", dsn],
+                cwd=ROOT,
+                env=cli_env(),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            ),
+        )
+        for args, says in cases
+    ]
+    for args, says, proc in procs:
+        out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
+        assert proc.returncode == 2, (args, out, err)
+        assert "Traceback" not in err, (args, err)
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, (args, err)
+        for text in (says,) if isinstance(says, str) else says:
+            assert text in lines[0], (args, text, lines[0])
+        assert out == "", (args, out)

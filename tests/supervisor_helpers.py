@@ -123,7 +123,8 @@ class Supervisor:
 
 def make_calls_table(conn: psycopg.Connection) -> None:
     conn.execute(
-        "CREATE TABLE IF NOT EXISTS calls (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())"
+        "CREATE TABLE IF NOT EXISTS calls"
+        " (job_id bigint, attempt int, pid int, at timestamptz DEFAULT clock_timestamp())"
     )
 
 

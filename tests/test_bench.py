@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 
 import psycopg
+import pytest
 
 from jobsup import client
 
-from .conftest import with_dbname
-from .helpers import jobsup
+from .helpers import jobsup, with_dbname
 
 
 def schemas_and_tables(dsn: str) -> tuple[list, list]:
@@ -24,6 +24,7 @@ def schemas_and_tables(dsn: str) -> tuple[list, list]:
     return schemas, tables
 
 
+@pytest.mark.slow  # a whole `jobsup bench` run
 def test_bench_in_a_schema_of_its_own_prints_its_table_and_drops_it(empty_dsn):
     before = schemas_and_tables(empty_dsn)
     result = jobsup("bench", "--dsn", empty_dsn, "--procs", "2", timeout=300)
@@ -34,6 +35,7 @@ def test_bench_in_a_schema_of_its_own_prints_its_table_and_drops_it(empty_dsn):
     assert schemas_and_tables(empty_dsn) == before
 
 
+@pytest.mark.slow  # a whole `jobsup bench` run
 def test_bench_in_a_scratch_database_drops_it(server_dsn):
     with psycopg.connect(server_dsn) as conn:
         databases = conn.execute("SELECT datname FROM pg_database ORDER BY 1").fetchall()
@@ -47,6 +49,7 @@ def test_bench_in_a_scratch_database_drops_it(server_dsn):
         assert conn.execute("SELECT datname FROM pg_database ORDER BY 1").fetchall() == databases
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_bench_refuses_a_schema_with_jobs_and_touches_nothing(conn, dsn):
     client.enqueue(conn, "email")
     before = conn.execute("SELECT id, status, attempts FROM jobsup.jobs").fetchall()

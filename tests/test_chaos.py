@@ -6,6 +6,8 @@ import pytest
 
 from . import chaos
 
+pytestmark = pytest.mark.slow  # supervisors SIGKILLed and the server restarted for half a minute
+
 SHORT = 25.0  # seconds of chaos; draining and checking take a few more
 
 

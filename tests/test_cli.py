@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime, timedelta, timezone
 
 import psycopg
+import pytest
 
 from jobsup import client
 from jobsup.cli.enqueue import ENQUEUE_CHUNK
@@ -15,7 +16,9 @@ from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure
 from jobsup.ops.snapshot import rows
 
-from .helpers import ROOT, cli_env, jobsup
+from .helpers import ROOT, cli_env, jobsup, refused_all
+
+pytestmark = pytest.mark.slow  # every test runs the CLI in subprocesses, most of them many times
 
 
 def run(dsn: str, *args: str, input: str | None = None, **env: str):
@@ -37,34 +40,6 @@ def refused(dsn: str, *args: str, input: str | None = None, code: int = 2, **env
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, (args, result.stderr)
     return lines[0]
-
-
-def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) -> None:
-    """Run every (args, expected text(s)) case at once; each must be refused like `refused` says."""
-    procs = [
-        (
-            args,
-            says,
-            subprocess.Popen(
-                [sys.executable, "-m", "jobsup", *args, "--dsn", dsn],
-                cwd=ROOT,
-                env=cli_env(),
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            ),
-        )
-        for args, says in cases
-    ]
-    for args, says, proc in procs:
-        out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
-        assert proc.returncode == 2, (args, out, err)
-        assert "Traceback" not in err, (args, err)
-        lines = err.strip().splitlines()
-        assert len(lines) == 1, (args, err)
-        for text in (says,) if isinstance(says, str) else says:
-            assert text in lines[0], (args, text, lines[0])
-        assert out == "", (args, out)
 
 
 def enqueued_id(stdout: str) -> int:

@@ -34,6 +34,7 @@ def test_options_given_twice_are_refused(dsn: str) -> None:
             jobsup.enqueue(conn, jobsup.JobSpec("email"), priority=1)
 
 
+@pytest.mark.slow  # a whole mypy run in a subprocess
 def test_mypy_reports_a_misspelt_option(tmp_path: Path) -> None:
     calls = tmp_path / "calls.py"
     calls.write_text(

@@ -1,21 +1,21 @@
-"""Control (issue 9) with real supervisors and real processes: the handler verbs (Snooze, RetryAfter,
+"""Controlling jobs with real supervisors and real processes: the handler verbs (Snooze, RetryAfter,
 Discard), `jobsup cancel`, `pause` / `resume`, `retry`, and migration 0005."""
 
 from __future__ import annotations
 
 import json
 import time
+from itertools import pairwise
 
 import psycopg
 import pytest
 
 from jobsup import client
-from jobsup.db import lifecycle
 
 from .helpers import jobsup, wait_for
 from .supervisor_helpers import alive, make_calls_table
 
-APP = "tests.control_app:app"
+APP = "tests.apps.control:app"
 
 
 def job(conn, job_id: int) -> dict:
@@ -101,7 +101,7 @@ def test_snooze_retry_after_and_discard_through_a_real_supervisor(conn, dsn, sta
     assert s["return_value"] == {"snoozes": 2, "errors": 2, "attempts": 1}  # what the handler read from job
     runs = calls(conn, snoozer)
     assert [r[0] for r in runs] == [1, 1, 1]
-    assert all((b[2] - a[2]).total_seconds() >= 0.3 for a, b in zip(runs, runs[1:]))
+    assert all((b[2] - a[2]).total_seconds() >= 0.3 for a, b in pairwise(runs))
 
     r = job(conn, limited)
     assert (r["status"], r["attempts"]) == ("done", 2)
@@ -207,6 +207,7 @@ def test_a_worker_stopped_for_its_job_takes_no_other(conn, start):
     assert "job.timed_out" in sup.log()
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
     queued, scheduled, finished_ = client.enqueue_many(
         conn, [{"kind": "ok"}, {"kind": "ok", "delay": 3600}, {"kind": "ok"}]
@@ -239,6 +240,7 @@ def test_cancel_of_queued_scheduled_finished_and_unknown_jobs(conn, dsn):
     assert totals == 2
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_cancel_by_kind_and_queue(conn, dsn):
     a, b, c = client.enqueue_many(conn, [{"kind": "email"}, {"kind": "email", "queue": "bulk"}, {"kind": "sms"}])
     result = jobsup("cancel", "--kind", "email", "--queue", "bulk", "--dsn", dsn)
@@ -252,6 +254,7 @@ def test_cancel_by_kind_and_queue(conn, dsn):
     assert none.returncode == 0 and "no queued or running job of kind fax: nothing cancelled" in none.stdout
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -1,11 +1,12 @@
 """Schedules (app.every): fire times and DST by computation, then real supervisors against a real
-PostgreSQL firing millisecond-scale intervals (tests/cron_app.py)."""
+PostgreSQL firing millisecond-scale intervals (tests/apps/cron.py)."""
 
 from __future__ import annotations
 
 import json
 import re
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 
 import psycopg
 import pytest
@@ -18,8 +19,7 @@ from jobsup.supervisor.scheduler import choose
 
 from .helpers import cli_env, jobsup, wait_for
 
-APP = "tests.cron_app:app"
-UTC = UTC
+APP = "tests.apps.cron:app"
 
 
 def utc(text: str) -> datetime:
@@ -160,6 +160,7 @@ def test_two_schedules_with_one_name_are_refused():
         app.every("tick", "1m")
 
 
+@pytest.mark.slow  # `jobsup start` in a subprocess
 @pytest.mark.parametrize("bad", ["cron", "tz", "interval", "duplicate"])
 def test_start_exits_3_when_a_schedule_is_bad(dsn, bad):
     result = jobsup("start", "--dsn", dsn, "--app", APP, "--procs", "1", env=cli_env(CRON_APP_BAD=bad))
@@ -212,7 +213,7 @@ def declare(conn: psycopg.Connection, schedule: Schedule, fired_through: datetim
 
 def assert_every_fire_once(times: list[datetime], step: timedelta) -> None:
     assert len(times) == len(set(times)), "a fire was enqueued twice"
-    gaps = [b - a for a, b in zip(times, times[1:]) if b - a != step]
+    gaps = [b - a for a, b in pairwise(times) if b - a != step]
     assert not gaps, f"fires missing between {times[0]} and {times[-1]}: gaps {gaps}"
 
 

@@ -15,11 +15,11 @@ from functools import partial
 import psycopg
 import pytest
 
-django = pytest.importorskip("django")
-
-from jobsup import queue
+from jobsup import client
 
 from .helpers import cli_env, jobsup, wait_for
+
+django = pytest.importorskip("django")
 
 SETTINGS = "tests.django_project.settings"
 
@@ -173,7 +173,7 @@ def test_get_result_of_what_is_not_a_task_result(django_db, conn):
         default_task_backend.get_result("12345")
     with pytest.raises(TaskResultDoesNotExist):
         default_task_backend.get_result("not-a-number")
-    job_id = queue.enqueue(conn, "email", {"to": "a@example.com"})
+    job_id = client.enqueue(conn, "email", {"to": "a@example.com"})
     with pytest.raises(TaskResultDoesNotExist, match="a jobsup job of kind 'email', not a Django task"):
         default_task_backend.get_result(str(job_id))
 
@@ -226,7 +226,7 @@ def test_a_failing_task_retries_and_ends_failed_with_its_errors(django_db, start
     assert "ValueError: always fails: no luck" in failing.errors[-1].traceback
     assert "in always_fails\n    raise ValueError" in failing.errors[0].traceback
     with pytest.raises(ValueError, match="Task failed"):
-        failing.return_value
+        _ = failing.return_value
     assert finished(flaky).return_value == 2
     assert str(flaky.status) == "SUCCESSFUL" and flaky.attempts == 2
     assert [e.exception_class for e in flaky.errors] == [RuntimeError]
@@ -264,8 +264,8 @@ def test_a_task_whose_module_cannot_be_imported_fails_that_attempt_and_the_pool_
     from tests.django_project.tasks import add, pid
 
     payload = {"args": [], "kwargs": {}, "backend": "default"}
-    missing = queue.enqueue(conn, "tests.django_project.gone.task", payload, max_attempts=1)
-    broken = queue.enqueue(conn, "tests.django_project.broken_tasks.task", payload, max_attempts=1)
+    missing = client.enqueue(conn, "tests.django_project.gone.task", payload, max_attempts=1)
+    broken = client.enqueue(conn, "tests.django_project.broken_tasks.task", payload, max_attempts=1)
     sup = start_django(procs=1)
     before = finished(pid.enqueue()).return_value
 
@@ -285,6 +285,7 @@ def test_a_task_whose_module_cannot_be_imported_fails_that_attempt_and_the_pool_
     assert "worker.died" not in sup.log()
 
 
+@pytest.mark.slow  # `jobsup start` in a subprocess
 def test_a_settings_module_that_does_not_exist_exits_3_with_the_reason(dsn):
     result = jobsup("start", "--dsn", dsn, "--django", "nowhere.settings", "--procs", "1", env=cli_env(), timeout=90)
     assert result.returncode == 3, result.stderr
@@ -306,8 +307,8 @@ def test_start_needs_app_or_django(dsn):
 def test_plain_handlers_run_beside_tasks_and_their_return_values_are_stored(django_db, conn, start_django):
     from tests.django_project.tasks import add
 
-    answer = queue.enqueue(conn, "answer", {"who": "me"})
-    bad = queue.enqueue(conn, "returns_set")
+    answer = client.enqueue(conn, "answer", {"who": "me"})
+    bad = client.enqueue(conn, "returns_set")
     task = add.enqueue(1, 2)
     start_django(app="tests.django_project.jobs:app")
     finished(task)
@@ -369,7 +370,7 @@ def test_the_documentation_examples(django_db, start_django, conn):
     # Task results: not finished yet.
     assert str(result.status) == "READY"
     with pytest.raises(ValueError, match="Task has not finished yet"):
-        result.return_value
+        _ = result.return_value
 
     start_django("--queues", "default,emails")
     finished(result)

@@ -180,6 +180,7 @@ def test_blocks_share_names_write_named_files_and_a_failure_names_its_line(tmp_p
     assert f'File "{page}", line 20' in err and "ZeroDivisionError" in err, err
 
 
+@pytest.mark.slow  # waits out the block's 2 s timeout
 def test_a_block_that_hangs_is_stopped(tmp_path: Path):
     page = tmp_path / "page.md"
     page.write_text("```python\nimport time\n```\n\n```python\ntime.sleep(120)\n```\n")

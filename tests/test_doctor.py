@@ -15,13 +15,12 @@ import pytest
 from psycopg import conninfo
 
 from jobsup import client
-from jobsup.db import lifecycle
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.job import JobSpec
 from jobsup.ops.doctor import SUPERVISOR_LINKS, Thresholds, check_prepared, check_table, run_checks
 from jobsup.ops.health import ahealth_warning, health_warning
 
-from .helpers import cli_env, jobsup, wait_for
-from .test_cli import refused_all
+from .helpers import cli_env, jobsup, refused_all, wait_for
 
 # Thresholds a test can cross within its patience.
 QUICK = Thresholds(max_xmin_age=0.1, max_idle_in_transaction=0.1)
@@ -74,6 +73,7 @@ def until_warns(conn: psycopg.Connection, name: str, thresholds: Thresholds = QU
     return wait_for(warned, timeout=30, message=f"{name} to warn")
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_a_healthy_database_exits_0_and_its_json_parses(dsn, conn):
     result = doctor(dsn)
     assert result.returncode == 0, result.stdout
@@ -110,6 +110,7 @@ def test_a_healthy_database_exits_0_and_its_json_parses(dsn, conn):
     assert schema["figures"]["version"] == schema["figures"]["package_version"]
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_a_held_snapshot_is_named_by_doctor_and_by_the_health_line(dsn, conn, holder):
     pid = hold_snapshot(holder)
     found = until_warns(conn, "xmin_horizon")
@@ -158,6 +159,7 @@ def test_a_session_idle_in_a_transaction_is_named(dsn, conn):
     assert check(run_checks(conn, QUICK), "idle_in_transaction").level == "ok"
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
     conn.execute(
         "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, heartbeat_at) "
@@ -191,7 +193,7 @@ def test_a_stale_supervisor_and_its_running_jobs_are_named(dsn, conn):
 def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, start):
     sup = start(procs=2)
     sup.wait_ready()
-    client.enqueue(conn, queue.JobSpec("ok"))  # its first outcome opens the writes connection
+    client.enqueue(conn, JobSpec("ok"))  # its first outcome opens the writes connection
     wait_for(
         lambda: conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()[0] == 1,
         timeout=60,
@@ -214,6 +216,7 @@ def test_a_running_supervisor_holds_the_connections_doctor_counts(dsn, conn, sta
     assert sup.stop() == 0
 
 
+@pytest.mark.slow  # 20,000 rows written, then the statistics waited for
 def test_dead_tuples_of_the_jobs_table_are_counted_from_the_statistics(dsn, conn):
     conn.execute("ALTER TABLE jobsup.jobs SET (autovacuum_enabled = false)")  # so nothing removes them
     conn.execute("INSERT INTO jobsup.jobs (kind) SELECT 'x' FROM generate_series(1, 20000)")
@@ -328,6 +331,7 @@ def test_without_pg_monitor_a_holder_is_found_but_its_age_is_not(dsn, holder, mo
         assert f"by pid {pid} (idle in transaction" in until_warns(limited, "xmin_horizon").message
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_bad_thresholds_are_refused_with_one_line_and_exit_2(dsn):
     refused_all(
         dsn,
@@ -355,6 +359,7 @@ def test_a_database_without_the_schema_fails_the_schema_check(empty_dsn):
     assert "xmin_horizon" in result.stdout  # the server's checks still run
 
 
+@pytest.mark.slow  # waits out the check's 2 s lock timeout
 def test_a_locked_jobsup_table_is_reported_not_waited_for(conn, holder):
     holder.execute("BEGIN")
     holder.execute("LOCK TABLE jobsup.events IN ACCESS EXCLUSIVE MODE")  # as a long ALTER TABLE would

@@ -1,4 +1,4 @@
-"""Draining a deep backlog (issue 13): a claim starts where the last one ended, and loses nothing by it.
+"""Draining a deep backlog: a claim starts where the last one ended, and loses nothing by it.
 
 The claim's `after` keys skip the dead index entries at the head of each queue. These tests check that
 priorities, earlier jobs and fairness between queues survive the skipping, on a real server.

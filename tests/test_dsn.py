@@ -18,8 +18,7 @@ from jobsup.db import dsn as dsns
 from jobsup.db.migrate import LATEST, available
 from jobsup.errors import DatabaseUnavailable
 
-from .conftest import TEMPLATE, with_dbname
-from .helpers import ROOT, cli_env, jobsup, wait_for
+from .helpers import ROOT, TEMPLATE, cli_env, jobsup, wait_for, with_dbname
 
 SECRET = "hunter2"
 
@@ -63,6 +62,7 @@ def test_resolve_precedence(monkeypatch):
     assert SECRET not in str(caught.value)
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_cli_precedence(dsn, other_dsns):
     jobsup_dsn, database_url = other_dsns
     both = cli_env(JOBSUP_DSN=jobsup_dsn, DATABASE_URL=database_url)
@@ -95,6 +95,7 @@ BAD_DSNS = [
 ]
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_unusable_dsn_gives_one_line_and_no_password():
     procs = []
     for bad, says in BAD_DSNS:
@@ -186,6 +187,7 @@ def postmasters(data_dir: Path) -> list[psutil.Process]:
     return found
 
 
+@pytest.mark.slow  # starts an embedded PostgreSQL of its own
 @pytest.mark.skipif(bool(os.environ.get("JOBSUP_TEST_DSN")), reason="uses the embedded PostgreSQL")
 def test_embedded_default_needs_no_configuration():
     home = Path(tempfile.mkdtemp(prefix="js-", dir="/tmp"))  # short: a Unix socket path has ~107 bytes

@@ -19,6 +19,8 @@ from jobsup.db import embedded, lifecycle
 from .helpers import wait_for
 from .supervisor_helpers import alive, enqueue_kinds, make_calls_table, status_counts
 
+pytestmark = pytest.mark.slow  # every test runs real supervisors or a claimer process
+
 
 def calls(conn) -> dict[int, int]:
     return dict(conn.execute("SELECT job_id, count(*) FROM calls GROUP BY job_id").fetchall())
@@ -85,7 +87,7 @@ def test_killed_connections_lose_no_job(conn, start):
         assert working <= killed, killed
         rounds += 1
         wait_for(
-            lambda: done_count(conn) > before + 100 or done_count(conn) == len(ids),
+            lambda before=before: done_count(conn) > before + 100 or done_count(conn) == len(ids),
             message="work resumes after the kill",
         )
     assert rounds >= 2  # the work outlasted at least two rounds of kills
@@ -186,7 +188,7 @@ MOMENTS = {
         ("examples.misbehave:app", "importing"),
         ("examples.misbehave:app", "fork server starting"),
         ("examples.misbehave:app", "worker.spawned"),
-        ("examples.slow_app:app", "supervisor.started"),
+        ("tests.apps.slow:app", "supervisor.started"),
     ],
 )
 def test_ctrl_c_while_starting_stops_quietly_and_leaves_nothing(conn, start, app, moment):
@@ -294,7 +296,7 @@ def test_a_table_that_grows_a_thousandfold_under_stale_statistics_keeps_its_leas
     sup.wait_ready()
     for n in range(1, 41):
         client.enqueue(conn, "ok")
-        wait_for(lambda: done_count(conn) == n, message=f"job {n}")
+        wait_for(lambda n=n: done_count(conn) == n, message=f"job {n}")
     enqueue_kinds(conn, ["ok"] * 20_000)
     wait_for(lambda: done_count(conn) == 20_040, timeout=90, message="20,000 more")
     log = sup.log()

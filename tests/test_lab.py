@@ -1,8 +1,14 @@
+"""examples/lab.py end to end: the original design's lab run through a real supervisor."""
+
 import os
 import subprocess
 import sys
 
+import pytest
+
 from .helpers import ROOT, cli_env
+
+pytestmark = pytest.mark.slow  # examples/lab.py starts its own supervisors
 
 
 def test_the_lab_prints_its_five_results_with_exactly_518_handler_calls(server_dsn):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import psycopg
+import pytest
 
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.ops import latency
@@ -10,7 +13,7 @@ from jobsup.ops import latency
 from .helpers import wait_for
 from .supervisor_helpers import enqueue_kinds, status_counts
 
-APP = "tests.latency_app:app"
+APP = "tests.apps.latency:app"
 
 
 def counted(conn: psycopg.Connection, kind: str, metric: str) -> int:
@@ -63,7 +66,7 @@ def test_a_backlog_gives_a_queue_latency_that_grows_with_it(conn, start):
         for row in conn.execute("SELECT extract(epoch FROM started_at - run_at)::float8 FROM jobsup.jobs ORDER BY id")
     ]
     # It grows as the backlog is worked: each job waited longer than the one before it...
-    assert all(later > earlier for earlier, later in zip(truth, truth[1:]))
+    assert all(later > earlier for earlier, later in pairwise(truth))
     assert truth[-1] > 2.0  # ...the last about 24 runs of 100 ms plus the start of the worker
     got = figures(conn, "sleep100", "queue_latency")
     for q, value in ((0.5, got.p50), (0.95, got.p95)):
@@ -162,6 +165,7 @@ def test_rising_latency_is_marked(conn):
     assert not row.rising and row.get("queue_latency", 5).count == 50
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_stats_shows_latency_expiring_leases_and_attempts(dsn, conn):
     import json
 

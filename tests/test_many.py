@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from .helpers import wait_for
 from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
+
+pytestmark = pytest.mark.slow  # every test runs real supervisors
 
 JOBS = 2000
 

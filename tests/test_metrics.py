@@ -4,48 +4,15 @@ parser, /healthz through a database outage, and the refusals of a bad port."""
 from __future__ import annotations
 
 import socket
-import urllib.error
-import urllib.request
 
 import psycopg
-from prometheus_client.parser import text_string_to_metric_families
+import pytest
 
 from .helpers import jobsup, wait_for
+from .metrics_helpers import free_port, get, samples, scrape
 from .supervisor_helpers import enqueue_kinds, status_counts
 
-APP = "tests.latency_app:app"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def get(port: int, path: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-    except (urllib.error.URLError, ConnectionError):
-        return 0, ""
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of /metrics by (name, sorted labels)."""
-    status, text = get(port, "/metrics")
-    assert status == 200, text
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def samples(metrics: dict, name: str, **labels: str) -> float:
-    """The sum of the samples of `name` whose labels include `labels`."""
-    return sum(v for (n, ls), v in metrics.items() if n == name and set(labels.items()) <= set(ls))
+APP = "tests.apps.latency:app"
 
 
 def test_metrics_counters_equal_the_final_statuses(conn, start):
@@ -120,6 +87,7 @@ def test_healthz_turns_503_while_the_database_is_gone_and_200_when_it_returns(co
     assert sup.stop() == 0
 
 
+@pytest.mark.slow  # `jobsup start` in a subprocess
 def test_a_port_in_use_or_a_bad_port_is_refused_before_any_worker_starts(dsn):
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))

@@ -89,6 +89,7 @@ def test_concurrent_migrate_threads(empty_dsn, isolation):
     assert recorded(empty_dsn) == expected_records()
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many at once
 def test_concurrent_migrate_processes(empty_dsn):
     procs = [
         subprocess.Popen(
@@ -110,6 +111,7 @@ def test_concurrent_migrate_processes(empty_dsn):
     assert recorded(empty_dsn) == expected_records()
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_cli_migrate_on_an_empty_database(empty_dsn):
     first = jobsup("migrate", "--dsn", empty_dsn)
     assert first.returncode == 0, first.stderr
@@ -123,6 +125,7 @@ def test_cli_migrate_on_an_empty_database(empty_dsn):
     assert done.returncode == 0 and done.stdout.startswith("enqueued job "), done.stderr
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_missing_schema_is_reported(empty_dsn):
     for args in (["enqueue", "ping", "{}"], ["stats"], ["stats", "--json"], ["requeue-dead"]):
         result = jobsup(*args, "--dsn", empty_dsn)

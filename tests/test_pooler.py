@@ -14,8 +14,7 @@ from jobsup.monitor.figures import Scope
 from jobsup.monitor.source import Source
 
 from . import pgbouncer
-from .conftest import with_dbname
-from .helpers import jobsup, wait_for
+from .helpers import jobsup, wait_for, with_dbname
 from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
 
 POOLED = {"JOBSUP_POOLER": "transaction"}
@@ -154,6 +153,7 @@ def test_console_figures_through_the_pooler(conn, pooled_dsn, pooled_env, start)
 # --- refusals: no pooler needed ----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # `jobsup start` in a subprocess
 def test_unreachable_listen_dsn_is_one_line_and_exit_1_before_any_worker(dsn):
     result = jobsup(
         "start",
@@ -173,6 +173,7 @@ def test_unreachable_listen_dsn_is_one_line_and_exit_1_before_any_worker(dsn):
     assert "app.loaded" not in result.stdout + result.stderr  # no worker started
 
 
+@pytest.mark.slow  # `jobsup start` in a subprocess
 @pytest.mark.parametrize("how", ["flag", "env"])
 def test_unknown_pooler_mode_is_exit_2(dsn, how):
     from .helpers import cli_env

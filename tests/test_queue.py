@@ -53,7 +53,7 @@ def bury(conn: psycopg.Connection, jobs: list[tuple[str, str]], locked_by: str =
     )
     claimed = {j.id: j for j in lifecycle.claim(conn, ["default"], len(jobs), locked_by, 30)}
     assert sorted(claimed) == sorted(ids)
-    failures = [Failure(job_id, claimed[job_id].attempts, error) for job_id, (_, error) in zip(ids, jobs)]
+    failures = [Failure(job_id, claimed[job_id].attempts, error) for job_id, (_, error) in zip(ids, jobs, strict=True)]
     outcomes = lifecycle.fail(conn, failures, locked_by)
     assert {o.status for o in outcomes} == {"dead"}
     return ids
@@ -235,6 +235,7 @@ def test_transactional_enqueue(dsn, conn, listener):
         assert count(conn) == 1 and job_row(conn, job_id)["payload"] == {"n": 2}
 
 
+@pytest.mark.slow  # 30,000 jobs enqueued
 def test_one_notify_per_insert_statement(conn, listener):
     ids = client.enqueue_many(conn, [{"kind": "bulk", "payload": {"n": n}} for n in range(10_000)])
     assert len(ids) == 10_000 and None not in ids and ids == sorted(ids)
@@ -375,6 +376,7 @@ def _claimer(dsn: str, barrier, results, batch: int) -> None:
     results.put((name, handled, completed))
 
 
+@pytest.mark.slow  # claimer processes
 def test_concurrent_claimers_handle_every_job_once(dsn, conn):
     ids = client.enqueue_many(conn, [{"kind": "work", "payload": {"n": n}} for n in range(1000)])
     ctx = multiprocessing.get_context("spawn")

@@ -199,6 +199,7 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
     print(f"claims during pruning: {len(claims)}, slowest {max(claims) * 1000:.1f} ms")
 
 
+@pytest.mark.slow  # the CLI in a subprocess, many times
 def test_prune_command_dry_run_changes_nothing_and_the_real_run_says_what_it_deleted(dsn, conn):
     finished_through_the_queue(conn)
     conn.execute("UPDATE jobsup.jobs SET done_at = now() - interval '3 days' WHERE kind = 'a'")
@@ -238,6 +239,7 @@ def test_bad_retention_input_is_one_line_and_exit_2(dsn, conn, args):
     assert status_counts(conn) == {"done": 3}
 
 
+@pytest.mark.slow  # the CLI in a subprocess
 def test_bad_retention_from_the_environment_is_refused_too(dsn):
     from .helpers import cli_env
 

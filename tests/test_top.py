@@ -4,30 +4,26 @@ A running supervisor is faked by writing its heartbeat row (and a reaper's event
 made with the queue functions, so every figure on screen can be checked against the database. The
 snapshot test uses a stand-in source with fixed figures and a fixed clock, so its picture is stable.
 
-The app runs in this test's event loop, so waiting uses `until` below, which polls with the Pilot (a
-blocking wait would freeze the app it waits for); like tests/helpers.wait_for it fails at a deadline.
+The app runs in this test's event loop, so waiting uses `until` (tests/console_helpers.py), which polls
+with the Pilot (a blocking wait would freeze the app it waits for); like tests/helpers.wait_for it fails
+at a deadline.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
-import json
 import os
 import re
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 from psycopg import conninfo
-from rich.console import Console
-from textual.pilot import Pilot
 from textual.widgets import DataTable
 
 from jobsup import client
@@ -42,57 +38,13 @@ from jobsup.monitor.tabs import Pane
 from jobsup.ops import latency
 from jobsup.ops.doctor import Thresholds
 
-from .helpers import ROOT, jobsup, wait_for_async
+from .console_helpers import app_for, fake_supervisor, rows, run, screen_text, select, until
+from .helpers import ROOT, jobsup
+
+pytestmark = pytest.mark.slow  # the console driven by the Pilot takes seconds a test
 
 SNAPSHOTS = Path(__file__).parent / "snapshots"
 UPDATE_SNAPSHOTS = os.environ.get("JOBSUP_UPDATE_SNAPSHOTS") == "1"
-
-
-def run(scenario: Callable[[], Coroutine[Any, Any, None]]) -> None:
-    asyncio.run(scenario())
-
-
-async def until(pilot: Pilot, condition: Callable[[], Any], timeout: float = 10.0, message: str = "condition") -> Any:
-    return await wait_for_async(condition, pilot.pause, timeout, message=message)
-
-
-async def screen_text(pilot: Pilot) -> str:
-    """The whole screen as plain text, once laid out: what `tmux capture-pane -p` would show."""
-    await pilot.pause()
-    app = pilot.app
-    width, height = app.size
-    console = Console(
-        width=width,
-        height=height,
-        file=io.StringIO(),
-        force_terminal=True,
-        record=True,
-        legacy_windows=False,
-        safe_box=False,
-    )
-    console.print(app.screen._compositor.render_update(full=True, screen_stack=app._background_screens))
-    return console.export_text()
-
-
-def rows(app: TopApp, table_id: str) -> dict[str, list[str]]:
-    table = app.query_one(f"#{table_id}", DataTable)
-    return {row.key.value: [str(cell) for cell in table.get_row(row.key)] for row in table.ordered_rows}
-
-
-async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
-    """Show a table's tab, focus it and put its cursor on a row, as a key and the arrows would."""
-    table = pilot.app.query_one(f"#{table_id}", DataTable)
-    pane = next(node for node in table.ancestors if isinstance(node, Pane))
-    pilot.app.action_show_tab(pane.TAB.id)
-    await until(pilot, lambda: pilot.app.focused is pane.first_table(), message=f"the {pane.TAB.id} tab")
-    table.focus()
-    table.move_cursor(row=table.get_row_index(key))
-    await until(
-        pilot,
-        lambda: pilot.app.focused is table and panels.selected_key(table) == key,
-        message=f"the cursor on {key!r} of #{table_id}",
-    )
-    return table
 
 
 def make_dead(conn: psycopg.Connection, kind: str, n: int, error: str, queue_name: str = "default") -> list[int]:
@@ -109,24 +61,6 @@ def make_dead(conn: psycopg.Connection, kind: str, n: int, error: str, queue_nam
 
 def status(conn: psycopg.Connection, job_id: int) -> str:
     return conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone()[0]
-
-
-def fake_supervisor(
-    conn: psycopg.Connection, sup_id: str, pid: int, workers: list[dict[str, Any]], heartbeat_ago: float = 0.0
-) -> None:
-    conn.execute(
-        "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, started_at, heartbeat_at, "
-        "workers, jobs_done) VALUES (%s, 'box', %s, '0.1.0', '{default}', %s, now() - interval '90 s', "
-        "now() - make_interval(secs => %s), %s, 42)",
-        (sup_id, pid, len(workers), heartbeat_ago, json.dumps(workers)),
-    )
-
-
-def app_for(dsn: str, **kwargs: Any) -> TopApp:
-    read_only = kwargs.pop("read_only", False)
-    return TopApp(
-        Source(dsn, read_only=read_only), refresh=kwargs.pop("refresh", 0.2), read_only=read_only, tz=UTC, **kwargs
-    )
 
 
 # --- figures, live ---------------------------------------------------------------------------------
@@ -531,14 +465,14 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
                 await pilot.press("w")
                 await until(
                     pilot,
-                    lambda: f"last {window} (w)" in str(app.query_one("#latency-panel").border_title),
+                    lambda window=window: f"last {window} (w)" in str(app.query_one("#latency-panel").border_title),
                     message=f"the {window} window",
                 )
 
             # Each tab's key shows it (and only it, on a small terminal) with its first panel focused.
             for key, tab, first in (("2", "dead", "dead"), ("3", "workers", "workers"), ("1", "jobs", "kinds")):
                 await pilot.press(key)
-                await until(pilot, lambda: app.focused is not None and app.focused.id == first, message=tab)
+                await until(pilot, lambda first=first: app.focused is not None and app.focused.id == first, message=tab)
                 shown = [p.TAB.id for p in app.query(Pane) if p.display]
                 assert shown == [tab]
                 assert f"[{key} " in (await screen_text(pilot)).splitlines()[3]  # the tab bar marks it
@@ -628,7 +562,7 @@ def test_the_data_source_needs_no_textual_and_the_console_no_supervisor():
     check = (
         "import sys, jobsup.monitor.source, jobsup.monitor.figures; "
         "assert 'textual' not in sys.modules, 'the data source imported textual'; "
-        "import jobsup.monitor.app, jobsup.monitor.cli; "
+        "import jobsup.monitor.app, jobsup.cli.top; "
         "assert not [m for m in sys.modules if m.startswith('jobsup.supervisor')], 'imported the supervisor'"
     )
     result = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, cwd=ROOT)
@@ -774,18 +708,18 @@ def fixed_figures(step: int) -> fig.Figures:
 
 def fixed_latency_rows(step: int) -> list[dict[str, Any]]:
     """Rows of latency_read: email waits longer in its last minute than before (rising); resize does not."""
-    rows = []
-    for kind, lat, before, run, n in (
+    result = []
+    for kind, lat, before, run_time, n in (
         ("email", 2.4, 0.08, 0.31, 120 + step),
         ("report", 0.9, 0.8, 12.5, 4),
         ("resize", 0.012, 0.011, 1.8, 40),
     ):
-        for metric, seconds, earlier in (("queue_latency", lat, before), ("run_time", run, run)):
+        for metric, seconds, earlier in (("queue_latency", lat, before), ("run_time", run_time, run_time)):
             for part, value, count in ((1, seconds, n), (5, earlier, n), (60, seconds, 3 * n), (60, earlier, 9 * n)):
-                rows.append(
+                result.append(
                     {"kind": kind, "metric": metric, "bucket": latency.bucket(value), "part": part, "count": count}
                 )
-    return rows
+    return result
 
 
 class FixedSource:
@@ -824,7 +758,7 @@ def test_snapshot_of_the_whole_screen(size, tab):
         app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
         async with app.run_test(size=size) as pilot:
             for n in range(1, 7):  # six refreshes, a second apart by the fixed clock
-                await until(pilot, lambda: app.refreshes >= n, message=f"refresh {n}")
+                await until(pilot, lambda n=n: app.refreshes >= n, message=f"refresh {n}")
                 if n < 6:
                     app.refresh_now()
             if tab:

@@ -1,16 +1,20 @@
-"""The console's control keys (issue 9): c cancels the selected worker's job, P / U pause and resume the
+"""The console's control keys: c cancels the selected worker's job, P / U pause and resume the
 selected queue, each asked first and refused in --read-only; the kinds table counts cancelled jobs."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timezone
+from datetime import UTC, datetime
+
+import pytest
 
 from jobsup import client
 from jobsup.db import lifecycle
 from jobsup.monitor import panels
 from jobsup.monitor.schedules import ConfirmSchedule
 
-from .test_top import app_for, fake_supervisor, rows, run, screen_text, select, until
+from .console_helpers import app_for, fake_supervisor, rows, run, screen_text, select, until
+
+pytestmark = pytest.mark.slow  # the console driven by the Pilot takes seconds a test
 
 
 async def select_queue(pilot, name: str) -> None:

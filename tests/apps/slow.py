@@ -1,4 +1,4 @@
-"""An app that takes its time to import (JOBSUP_EXAMPLE_IMPORT_SECONDS, default 1.5 s), for the tests
+"""An app that takes its time to import (JOBSUP_TEST_IMPORT_SECONDS, default 1.5 s), for the tests
 that stop a supervisor while its workers are still starting."""
 
 import os
@@ -6,7 +6,7 @@ import time
 
 from jobsup import App
 
-time.sleep(float(os.environ.get("JOBSUP_EXAMPLE_IMPORT_SECONDS", "1.5")))
+time.sleep(float(os.environ.get("JOBSUP_TEST_IMPORT_SECONDS", "1.5")))
 
 app = App()
 
