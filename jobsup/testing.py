@@ -92,7 +92,8 @@ def drain(
 
     `app` is an App or its "module:attribute". Each job is claimed, run and its outcome written with the
     supervisor's own statements (claim, complete, fail, snooze, cancel_held), so attempts, backoff,
-    burial and cancels follow the same rules; a kind the app has no handler for fails as it would there.
+    burial and cancels follow the same rules; a job of a kind the app has no handler for stays queued, as it
+    does under a supervisor of this app.
     A retry or snooze waits for its time as in production: with `with_scheduled=True` every job waiting
     (a retry, a snooze, a delayed job) is made due at once and run too, so a drain goes on until nothing
     is queued at all. `processes=True` runs each job in a real worker process of jobsup's (spawned from
@@ -104,6 +105,7 @@ def drain(
     else:
         target = _target_of(app) if processes else ""
     locked_by = f"jobsup.testing:{os.getpid()}"
+    kinds = None if app.finds_kinds else list(app.handlers)
     runs = Drained()
     runner: _Inline | _Processes = _Processes(target, timeout) if processes else _Inline(app)
     try:
@@ -111,7 +113,7 @@ def drain(
             names = queues if queues is not None else [r[0] for r in conn.execute(SQL["testing_queues"])]
             if with_scheduled and names:
                 conn.execute(SQL["testing_due_now"], {"queues": list(names)})
-            jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE) if names else []
+            jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
             if not jobs:
                 return runs
             if len(runs) >= max_runs:

@@ -6,19 +6,21 @@ import argparse
 import json
 import os
 
-from jobsup.ops.check import MAX_OLDEST_AGE, Limits, check, shown
+from jobsup.ops.check import MAX_OLDEST_AGE, MAX_UNSERVED_AGE, Limits, check, shown
 
-HELP = "alert checks: oldest ready job, dead jobs, reaping; exit 1 when a threshold is crossed"
+HELP = "alert checks: oldest ready job, dead jobs, reaping, unserved kinds; exit 1 when a threshold is crossed"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
-    from jobsup.cli.options import count, duration
+    from jobsup.cli.options import count, duration, truthy
 
     parser.description = (
-        "Check the design's three alerts: the age of the oldest ready job per queue, the "
-        "number of dead jobs, and the jobs the reapers returned in the last minute. One "
+        "Check the alerts: the age of the oldest ready job per queue, the number of dead "
+        "jobs, the jobs the reapers returned in the last minute, and ready jobs that no live "
+        "supervisor can run (their kind handled by no app that serves their queue). One "
         "line per threshold crossed and exit 1 if any is; otherwise one ok line and exit "
-        "0. Each flag also comes from its JOBSUP_CHECK_* variable."
+        "0. A paused queue's line says it is paused. Each flag also comes from its "
+        "JOBSUP_CHECK_* variable."
     )
     env = os.environ.get
     parser.add_argument(
@@ -44,7 +46,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="alert when the reapers returned more jobs in the last minute, all queues "
         "(env JOBSUP_CHECK_MAX_REAPED_PER_MIN; default: not checked)",
     )
-    parser.add_argument("--queue", metavar="Q", help="only this queue's oldest job and dead jobs")
+    parser.add_argument(
+        "--max-unserved-age",
+        type=duration,
+        metavar="D",
+        default=env("JOBSUP_CHECK_MAX_UNSERVED_AGE", MAX_UNSERVED_AGE),
+        help="alert when ready jobs that no live supervisor can run waited longer; 0 for never (env "
+        f"JOBSUP_CHECK_MAX_UNSERVED_AGE; default {shown(MAX_UNSERVED_AGE)})",
+    )
+    parser.add_argument(
+        "--skip-paused",
+        action="store_true",
+        default=truthy(env("JOBSUP_CHECK_SKIP_PAUSED")),
+        help="leave paused queues out of --max-oldest-age (env JOBSUP_CHECK_SKIP_PAUSED=1)",
+    )
+    parser.add_argument("--queue", metavar="Q", help="only this queue's oldest job, dead jobs and unserved jobs")
     parser.add_argument("--json", action="store_true", help="one JSON object: ok, crossed, and the figures")
     parser.set_defaults(run=run)
 
@@ -56,7 +72,9 @@ def run(args: argparse.Namespace) -> int:
         max_oldest_age=args.max_oldest_age,
         max_dead=args.max_dead,
         max_reaped_per_min=args.max_reaped_per_min,
+        max_unserved_age=args.max_unserved_age,
         queue=args.queue,
+        skip_paused=args.skip_paused,
     )
     with connect(args) as conn:
         result = check(conn, limits)

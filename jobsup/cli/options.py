@@ -80,6 +80,15 @@ def iso_time(text: str) -> datetime:
     return moment
 
 
+def truthy(value: object) -> bool:
+    """A yes/no variable's value: 1, true, yes or on, in any case, is yes.
+
+    >>> truthy("On"), truthy("0"), truthy(None)
+    (True, False, False)
+    """
+    return str(value).strip().lower() in ("1", "true", "yes", "on")
+
+
 def env_note(variable: str, builtin: object) -> str:
     """The end of a flag's help: its variable, and the default in effect, which is the variable's value
     when it is set (a --help that showed the built-in default then would tell the user the wrong one).

@@ -13,15 +13,12 @@ def _env(name: str, default: object) -> object:
     return os.environ.get(f"JOBSUP_TOP_{name.upper()}", default)
 
 
-def _flag(value: object) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
-
-
 HELP = "the live console"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     from jobsup.cli.options import duration as _duration
+    from jobsup.cli.options import truthy
 
     parser.description = (
         "The live console: counts by status and kind, queue ages, throughput, dead jobs "
@@ -59,7 +56,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--read-only",
         action="store_true",
-        default=_flag(_env("read_only", "")),
+        default=truthy(_env("read_only", "")),
         help="hide and refuse every action that changes data (env JOBSUP_TOP_READ_ONLY=1)",
     )
     parser.set_defaults(run=run)

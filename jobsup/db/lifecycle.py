@@ -8,7 +8,7 @@ under the caller's `locked_by` and the same attempt, so a late answer after a re
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -50,7 +50,12 @@ ClaimKey = tuple[int, datetime, int]
 
 
 def _claim_op(
-    queues: Sequence[str], limit: int, locked_by: str, lease: float, after: Mapping[str, ClaimKey] | None
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+    after: Mapping[str, ClaimKey] | None,
+    kinds: Collection[str] | None,
 ) -> Op:
     def parse(rows: list[tuple]) -> list[Job]:
         jobs = [Job(*row) for row in rows]
@@ -68,6 +73,7 @@ def _claim_op(
             "after_priorities": [k[0] for k in keys],
             "after_run_ats": [k[1] for k in keys],
             "after_ids": [k[2] for k in keys],
+            "kinds": None if kinds is None else list(kinds),
         },
         parse,
     )
@@ -80,13 +86,15 @@ def claim(
     locked_by: str,
     lease: float,
     after: Mapping[str, ClaimKey] | None = None,
+    kinds: Collection[str] | None = None,
 ) -> list[Job]:
     """Take up to `limit` ready jobs of `queues` (priority, then run_at, then id), leased for `lease` s.
 
     `after` maps a queue to the key of the last job this claimer took there: its scan starts past it,
     skipping the dead index entries of the jobs claimed before. The caller vouches that nothing before
-    that key has become claimable since (the dispatcher's rules: supervisor/dispatcher.py)."""
-    return run(conn, _claim_op(queues, limit, locked_by, lease, after))
+    that key has become claimable since (the dispatcher's rules: supervisor/dispatcher.py). `kinds`
+    limits the claim to the kinds the caller can run (None: any); other jobs stay queued as they are."""
+    return run(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
 
 
 async def aclaim(
@@ -96,8 +104,9 @@ async def aclaim(
     locked_by: str,
     lease: float,
     after: Mapping[str, ClaimKey] | None = None,
+    kinds: Collection[str] | None = None,
 ) -> list[Job]:
-    return await arun(conn, _claim_op(queues, limit, locked_by, lease, after))
+    return await arun(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
 
 
 def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:

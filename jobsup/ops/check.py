@@ -3,12 +3,16 @@ cron job or a Kubernetes probe pages on the exit code.
 
 - the oldest ready job's age, per queue (a backlog nobody works, or too few workers);
 - the number of dead jobs (handlers failing for good);
-- jobs the reapers returned in the last minute (supervisors dying, or handlers outliving their lease).
+- jobs the reapers returned in the last minute (supervisors dying, or handlers outliving their lease);
+- ready jobs that no live supervisor can run (their kind handled by no app serving their queue).
+
+A paused queue's backlog is paused on purpose: its line says so, and `skip_paused` leaves it out.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import psycopg
@@ -17,8 +21,10 @@ from psycopg.rows import dict_row
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import one_row
 from jobsup.durations import format_age, format_duration
+from jobsup.ops.unserved import Unserved, unserved
 
 MAX_OLDEST_AGE = 300.0  # seconds; the default of --max-oldest-age
+MAX_UNSERVED_AGE = 300.0  # seconds; the default of --max-unserved-age
 
 
 @dataclass(frozen=True)
@@ -28,12 +34,14 @@ class Limits:
     max_oldest_age: float = MAX_OLDEST_AGE
     max_dead: int | None = None
     max_reaped_per_min: int | None = None
-    queue: str | None = None  # narrows the oldest age and the dead count; reaping is counted for all queues
+    max_unserved_age: float = MAX_UNSERVED_AGE
+    queue: str | None = None  # narrows the oldest age, the dead count and unserved jobs; reaping is counted for all
+    skip_paused: bool = False  # leave paused queues out of the oldest age
 
 
 @dataclass(frozen=True)
 class Crossed:
-    check: str  # oldest_age, dead or reaped_per_min: the flag's name
+    check: str  # oldest_age, dead, reaped_per_min or unserved_age: the flag's name
     value: float
     threshold: float
     message: str
@@ -46,6 +54,8 @@ class Result:
     oldest_ready: dict[str, float]  # queue -> age (s) of its oldest ready job
     dead: int
     reaped_last_minute: int
+    unserved: list[Unserved] = field(default_factory=list)
+    paused: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
@@ -65,6 +75,8 @@ class Result:
             "oldest_ready": self.oldest_ready,
             "dead": self.dead,
             "reaped_last_minute": self.reaped_last_minute,
+            "unserved": [u.to_json() for u in self.unserved],
+            "paused": self.paused,
         }
 
 
@@ -79,7 +91,14 @@ def shown(seconds: float) -> str:
     return format_duration(seconds)
 
 
-def judge(limits: Limits, oldest_ready: dict[str, float], dead: int, reaped: int) -> Result:
+def judge(
+    limits: Limits,
+    oldest_ready: dict[str, float],
+    dead: int,
+    reaped: int,
+    unserved: Sequence[Unserved] = (),
+    paused: Collection[str] = (),
+) -> Result:
     """The thresholds crossed by these figures.
 
     >>> r = judge(Limits(max_dead=10), {"default": 400.0, "mail": 3.0}, dead=12, reaped=0)
@@ -87,17 +106,26 @@ def judge(limits: Limits, oldest_ready: dict[str, float], dead: int, reaped: int
     ['queue default: oldest ready job is 6m40s old, over --max-oldest-age 5m', '12 dead jobs, over --max-dead 10']
     >>> judge(Limits(max_oldest_age=0, max_reaped_per_min=5), {"default": 1e6}, 0, 6).crossed[0].message
     '6 jobs reaped in the last minute, over --max-reaped-per-min 5'
+    >>> judge(Limits(), {"other": 720.0}, 0, 0, paused=["other"]).crossed[0].message
+    'queue other (paused): oldest ready job is 12m00s old, over --max-oldest-age 5m'
+    >>> judge(Limits(skip_paused=True), {"other": 720.0}, 0, 0, paused=["other"]).crossed
+    []
+    >>> print(judge(Limits(max_oldest_age=0), {}, 0, 0, [Unserved("mix", "c", 3, 400.0)]).crossed[0].message)
+    queue mix: 3 ready jobs of kind c that no live supervisor can run, the oldest for 6m40s, over --max-unserved-age 5m
     """
     crossed = []
     if limits.max_oldest_age:
         for queue, age in sorted(oldest_ready.items()):
+            if queue in paused and limits.skip_paused:
+                continue
             if age > limits.max_oldest_age:
+                note = " (paused)" if queue in paused else ""
                 crossed.append(
                     Crossed(
                         "oldest_age",
                         age,
                         limits.max_oldest_age,
-                        f"queue {queue}: oldest ready job is {format_age(age)} old, over "
+                        f"queue {queue}{note}: oldest ready job is {format_age(age)} old, over "
                         f"--max-oldest-age {shown(limits.max_oldest_age)}",
                         queue,
                     )
@@ -122,11 +150,17 @@ def judge(limits: Limits, oldest_ready: dict[str, float], dead: int, reaped: int
                 f"{reaped} jobs reaped in the last minute, over --max-reaped-per-min {limits.max_reaped_per_min}",
             )
         )
-    return Result(crossed, oldest_ready, dead, reaped)
+    if limits.max_unserved_age:
+        for u in unserved:
+            if u.age > limits.max_unserved_age:
+                message = f"{u.describe()}, over --max-unserved-age {shown(limits.max_unserved_age)}"
+                crossed.append(Crossed("unserved_age", u.age, limits.max_unserved_age, message, u.queue))
+    return Result(crossed, oldest_ready, dead, reaped, list(unserved), sorted(paused))
 
 
 def check(conn: psycopg.Connection, limits: Limits) -> Result:
-    """Read the three figures (a few index pages, whatever the jobs table holds) and judge them."""
+    """Read the figures and judge them. The unserved jobs read every ready job once; the others a few
+    index pages, whatever the jobs table holds."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL["oldest_ready"])
         oldest = {
@@ -134,4 +168,7 @@ def check(conn: psycopg.Connection, limits: Limits) -> Result:
         }
         cur.execute(SQL["check_figures"], {"queue": limits.queue})
         row = one_row(cur.fetchone(), "check_figures")
-    return judge(limits, oldest, row["dead"], row["reaped_last_minute"])
+        cur.execute(SQL["queue_pauses"])
+        paused = [r["queue"] for r in cur.fetchall()]
+    waiting = [u for u in unserved(conn) if limits.queue is None or u.queue == limits.queue]
+    return judge(limits, oldest, row["dead"], row["reaped_last_minute"], waiting, paused)

@@ -18,6 +18,7 @@ from jobsup.db.migrate import LATEST, schema_version
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.durations import format_age
 from jobsup.errors import EXIT_FAILURE, EXIT_OK
+from jobsup.ops.unserved import Unserved, unserved
 
 Level = Literal["ok", "warn", "fail"]
 
@@ -425,6 +426,23 @@ def check_supervisors(supervisors: list[dict[str, Any]], t: Thresholds) -> Check
     )
 
 
+def check_unserved(unserved: list[Unserved]) -> Check:
+    """Ready jobs that no live supervisor can run: their kind is handled by no app serving their queue."""
+    figures = {"unserved": [u.to_json() for u in unserved]}
+    if not unserved:
+        return Check("unserved", "ok", "every ready job's kind has a live supervisor that can run it", figures=figures)
+    worst = max(unserved, key=lambda u: u.age)
+    more = f" (and {len(unserved) - 1} more kinds)" if len(unserved) > 1 else ""
+    return Check(
+        "unserved",
+        "warn",
+        worst.describe() + more,
+        "start a supervisor whose app handles that kind on that queue (in a rolling deploy: the new release), "
+        "or cancel the jobs: jobsup cancel --kind KIND --queue QUEUE",
+        figures,
+    )
+
+
 def check_orphans(orphans: list[dict[str, Any]], live_supervisors: int) -> Check:
     jobs = sum(o["jobs"] for o in orphans)
     figures = {"jobs": jobs, "by_supervisor": orphans}
@@ -502,4 +520,5 @@ def run_checks(conn: psycopg.Connection, thresholds: Thresholds = Thresholds()) 
         if version:
             checks.append(check_supervisors(supervisors, t))
             checks.append(check_orphans(_rows(conn, "doctor_orphaned_jobs", stale_after=t.stale_after), live))
+            checks.append(check_unserved(unserved(conn, t.stale_after)))
     return Report(checks, t)

@@ -444,12 +444,12 @@ class Dispatcher:
             # Paused queues are left out of the claim's list: no pause costs the claim nothing.
             queues = self.config.queues if not self.paused else [q for q in self.config.queues if q not in self.paused]
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
-                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys)
+                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, self.keeper.kinds)
             # Through a transaction pooler there is no session to hold it: the claim's own
             # transaction sets it, sent in one pipeline with the claim.
             async with conn.pipeline(), conn.transaction():
                 await conn.execute(SQL["claim_without_flush_wait"])
-                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys)
+                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, self.keeper.kinds)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
@@ -458,23 +458,11 @@ class Dispatcher:
             return None
 
     def _take(self, jobs: Iterable[Job]) -> None:
-        kinds = self.keeper.kinds
         ready = []
         for job in jobs:
             self.held[job.id] = job
             if self.stopping or (self.paused and job.queue in self.paused):  # paused while the claim ran
                 self.release_buffer.append((job, None))
-            elif kinds is not None and job.kind not in kinds:
-                self.log.alike(
-                    "job.failed",
-                    "warning",
-                    like=_ALIKE,
-                    job=job.id,
-                    kind=job.kind,
-                    attempt=job.attempts,
-                    error=f"no handler for {job.kind}",
-                )
-                self.fail_buffer.append(Failure(job.id, job.attempts, f"no handler for {job.kind}"))
             else:
                 ready.append(job)
         self._prefetch(ready)

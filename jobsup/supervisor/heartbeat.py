@@ -81,6 +81,8 @@ class Heartbeat:
             "pid": os.getpid(),
             "version": __version__,
             "queues": list(self.config.queues),
+            # None until the first worker has imported the app, and for an app that finds kinds by name
+            "kinds": None if self.keeper.kinds is None else sorted(self.keeper.kinds),
             "procs": self.config.procs,
             "state": state,
             "workers": Jsonb(workers),

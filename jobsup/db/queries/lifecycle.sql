@@ -25,6 +25,10 @@
 -- the next two columns), then the levels below. In that order the branches need no sort, and the
 -- LIMIT stops the later ones unstarted. The key skips only what the claimer saw was not claimable in
 -- its own level; the dispatcher forgets it whenever a job may have come back there (dispatcher.py).
+--
+-- `kinds` (NULL: any) are the kinds the claimer's app can run: a job of another kind stays queued,
+-- attempts untouched, for a supervisor that can run it. The index has no kind, so a claim steps over
+-- such jobs where they stand ahead of its own; `jobsup doctor` and `jobsup check` name them.
 WITH picked AS (
     SELECT c.id
     FROM unnest(%(queues)s::text[], %(after_priorities)s::int[], %(after_run_ats)s::timestamptz[],
@@ -34,6 +38,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE q.after_id IS NULL AND status = 'queued' AND queue = q.name AND run_at <= now()
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -42,6 +47,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority > q.after_priority AND run_at <= now()
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -50,6 +56,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority = q.after_priority
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
                   AND (run_at, id) > (q.after_run_at, q.after_id) AND run_at <= now()
                 ORDER BY run_at, id
                 LIMIT %(limit)s
@@ -59,6 +66,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority < q.after_priority AND run_at <= now()
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED

@@ -5,10 +5,13 @@
 -- `jobsup doctor` (jobsup/ops/doctor.py).
 
 -- name: heartbeat
-INSERT INTO jobsup.supervisors AS s (id, host, pid, version, queues, procs, state, workers, jobs_done)
-VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(procs)s, %(state)s, %(workers)s, %(jobs_done)s)
+-- kinds: what the app handles (NULL: any kind), known once the first worker has imported the app.
+INSERT INTO jobsup.supervisors AS s (id, host, pid, version, queues, kinds, procs, state, workers, jobs_done)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(kinds)s, %(procs)s, %(state)s, %(workers)s,
+        %(jobs_done)s)
 ON CONFLICT (id) DO UPDATE
-SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done
+SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done,
+    kinds = excluded.kinds
 -- The paused queues (control): the heartbeat is the backstop of their NOTIFY, at no extra statement.
 RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses)
 
@@ -17,7 +20,7 @@ DELETE FROM jobsup.supervisors WHERE id = %(id)s
 
 -- name: supervisors
 SELECT id, host, pid, version, queues, procs, started_at, heartbeat_at, state, workers, jobs_done,
-       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age
+       extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age, kinds
 FROM jobsup.supervisors ORDER BY host, pid
 
 -- The jobsup channel carries {"queues": [...]} (jobs ready: the insert trigger, release, release_orphans,
@@ -46,3 +49,22 @@ RETURNING id
 -- Rows of supervisors that died without cleaning up, long after their heartbeat stopped.
 DELETE FROM jobsup.supervisors WHERE heartbeat_at < now() - make_interval(secs => %(older_than)s::float8)
 RETURNING id
+
+-- name: unserved
+-- Ready jobs, by queue and kind, that no live supervisor can run: none that is running (not stopping),
+-- beat within %(stale_after)s seconds and serves their queue with their kind (kinds NULL: any kind, as
+-- every supervisor of an earlier release). Paused queues count as served: their pause is deliberate.
+-- Groups the ready jobs once, then looks at the few supervisor rows per group.
+WITH ready AS (
+    SELECT queue, kind, count(*) AS ready, min(run_at) AS oldest
+    FROM jobsup.jobs WHERE status = 'queued' AND run_at <= now()
+    GROUP BY queue, kind
+)
+SELECT r.queue, r.kind, r.ready, extract(epoch FROM now() - r.oldest)::float8 AS age
+FROM ready r
+WHERE NOT EXISTS (
+    SELECT 1 FROM jobsup.supervisors s
+    WHERE s.state = 'running' AND s.heartbeat_at > now() - make_interval(secs => %(stale_after)s::float8)
+      AND r.queue = ANY(s.queues) AND (s.kinds IS NULL OR r.kind = ANY(s.kinds))
+)
+ORDER BY r.queue, r.kind
