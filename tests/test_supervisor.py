@@ -357,18 +357,19 @@ def test_repeated_identical_failures_are_logged_once_with_a_count(conn, start):
     import json
 
     n = 3000
-    enqueue_kinds(conn, ["nohandler"] * n, max_attempts=1)
+    # A kind of the app that fails each attempt with the same error: once to retry, once to die.
+    client.enqueue_many(conn, [dict(kind="needs_field", payload={}, max_attempts=2)] * n)
     sup = start("--log-format", "json")
     wait_for(lambda: status_counts(conn).get("dead") == n, timeout=60, message="every job dead")
     assert sup.stop() == 0
     records = [json.loads(line) for line in sup.log().splitlines() if line.strip()]
-    for action in ("job.failed", "job.dead"):
-        lines = [r for r in records if r["action"] == action and r["kind"] == "nohandler"]
+    for action, attempt in (("job.failed", 1), ("job.dead", 2)):
+        lines = [r for r in records if r["action"] == action and r["kind"] == "needs_field"]
         full = [r for r in lines if "job" in r]
         counted = [r for r in lines if "more" in r]
         assert len(full) + sum(r["more"] for r in counted) == n, (action, lines)  # every one accounted for
         assert len(lines) < 20, (action, len(lines))  # not one line each
-        assert full[0]["error"] and full[0]["attempt"] == 1  # the first in full
+        assert full[0]["error"] and full[0]["attempt"] == attempt  # the first in full
         assert all(r["error"] and r["over"] > 0 for r in counted)
 
 

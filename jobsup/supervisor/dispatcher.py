@@ -24,7 +24,7 @@ from jobsup.job import Job
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
-from jobsup.supervisor.keeper import Keeper, Worker
+from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
 from jobsup.supervisor.keys import ClaimKeys
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.log import EventLog
@@ -202,16 +202,20 @@ class Dispatcher:
             if answer.value is not None:
                 self.return_values[job.id] = answer.value
         elif isinstance(record, Failure):  # a RetryAfter too
-            self.log.alike(
-                "job.failed",
-                "warning",
-                like=_ALIKE,
-                job=job.id,
-                kind=job.kind,
-                attempt=job.attempts,
-                pid=worker.pid,
-                error=answer.error,
-            )
+            # The attempt that buries the job is logged once, by its write, as job.dead: a job.failed
+            # line here too counted that failure twice. (One whose cancel was requested is written
+            # cancelled, not dead: it stays a failure here.)
+            if job.attempts < job.max_attempts or job.id in self.cancelling:
+                self.log.alike(
+                    "job.failed",
+                    "warning",
+                    like=_ALIKE,
+                    job=job.id,
+                    kind=job.kind,
+                    attempt=job.attempts,
+                    pid=worker.pid,
+                    error=answer.error,
+                )
             self.fail_buffer.append(record)
         elif isinstance(record, Snoozed):
             self.log(
@@ -236,7 +240,7 @@ class Dispatcher:
         """The worker running `job` died, or was stopped for a timeout, a shutdown or a cancel."""
         if job.id in self.cancelling:  # stopped on an operator's request (or died meanwhile): cancelled
             self.cancel_buffer.append(Cancel(job.id, job.attempts, by=self.cancelling[job.id]))
-        elif cause.startswith("interrupted"):
+        elif cause.startswith(INTERRUPTED):
             self.release_buffer.append((job, cause))  # a shutdown is not the job's fault
         else:
             self._timed(job, asyncio.get_running_loop().time() - worker.job_started)

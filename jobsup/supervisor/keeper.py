@@ -30,6 +30,9 @@ START_BACKOFF_FIRST = 0.5
 START_BACKOFF_MAX = 10.0
 # What a terminal sends its whole process group (Ctrl-C, closing it): the supervisor alone acts on them.
 TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
+# The start of every cause of a worker's end that the keeper or the shutdown brought about and that
+# costs its job no attempt: the dispatcher hands such a job back instead of failing it.
+INTERRUPTED = "interrupted"
 # Recycling after --max-jobs-per-proc is spread by up to this fraction, so workers started together
 # are not all replaced together.
 RECYCLE_JITTER = 0.1
@@ -230,7 +233,7 @@ class Keeper:
                 # that job ended within the kill grace: the worker takes nothing more. It is killed now;
                 # a job behind it in its hand-out goes back with the attempt it barely began given back,
                 # not failed with the first job's cause at the kill time.
-                worker.stop_reason = f"interrupted: its worker was being stopped ({worker.stop_reason})"
+                worker.stop_reason = f"{INTERRUPTED}: its worker was being stopped ({worker.stop_reason})"
                 worker.state = "busy" if worker.jobs else "stopping"
                 self._signal(worker, signal.SIGKILL)
                 worker.kill_at = None
@@ -288,7 +291,9 @@ class Keeper:
         job = jobs[0] if jobs else None
         if job is not None:
             self.log(
-                "worker.died",
+                # An interruption is the keeper's own stop (a shutdown, or a kill that a job behind the
+                # one it stopped for was caught in): the job goes back unspent, the worker did not die.
+                "worker.stopped" if cause.startswith(INTERRUPTED) else "worker.died",
                 "warning",
                 job=job.id,
                 kind=job.kind,
@@ -300,7 +305,13 @@ class Keeper:
             slot.last_exit = cause
             self.on_lost(worker, job, cause, jobs[1:])
         elif retired or worker.state == "stopping":
-            self.log("worker.stopped", "debug", pid=worker.pid, slot=worker.slot, exitcode=exitcode)
+            if worker.stop_reason is not None:
+                # Killed by the keeper itself (a hard stop, a worker that outstayed the shutdown, one
+                # stopped for a job it already answered): that is the cause, not the signal's own
+                # words, which would read as the OOM killer.
+                self.log("worker.stopped", pid=worker.pid, slot=worker.slot, cause=worker.stop_reason)
+            else:
+                self.log("worker.stopped", "debug", pid=worker.pid, slot=worker.slot, exitcode=exitcode)
         elif worker.state == "starting":
             slot.start_failures += 1
             slot.last_exit = cause
@@ -454,6 +465,14 @@ class Keeper:
     def alive(self) -> bool:
         return any(w.process.is_alive() for w in self.all_processes())
 
-    def kill_all(self) -> None:
+    def kill_all(self, reason: str | None = None) -> None:
+        """SIGKILL every worker. `reason`, the keeper's own cause of the kill, is what each worker's
+        end is logged with (a worker already being stopped keeps the cause it has): the signal alone
+        would read as the OOM killer's. None only where nothing is logged any more."""
         for worker in self.all_processes():
+            if reason is not None:
+                if worker.stop_reason is None:
+                    worker.stop_reason = reason
+                if not worker.jobs:  # one still holding a job ends as that job's loss, with its cause
+                    worker.state = "stopping"
             self._signal(worker, signal.SIGKILL)

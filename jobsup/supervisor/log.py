@@ -4,6 +4,7 @@ attempt, pid and the rest. Text for a terminal, or one JSON object per line (`--
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 from typing import Any, TextIO
@@ -90,6 +91,54 @@ class EventLog:
             self.stream.flush()
         except (OSError, ValueError):  # a closed terminal must not stop the supervisor
             pass
+
+
+class Routed(logging.Handler):
+    """Writes the records of a library's `logging` (psycopg's) as lines of an EventLog, so every line
+    the supervisor writes has its format: with no handler of its own, Python wrote them bare on stderr
+    (`error ignored terminating <psycopg.AsyncPipeline [BAD] at 0x…>: the connection is lost`), a line
+    no JSON reader of the log could take."""
+
+    def __init__(self, log: EventLog, action: str) -> None:
+        super().__init__()
+        self.log = log
+        self.action = action
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format
+            message = str(record.msg)
+        level = _level_of(record.levelno)
+        # psycopg says "error ignored …" of a second error met while cleaning up after a first, which
+        # goes on up to the supervisor: a lost connection, logged as db.lost (or a failed loop, as
+        # supervisor.failed). The second adds nothing but noise, once per broken pipeline.
+        if message.startswith("error ignored"):
+            level = "debug"
+        self.log(self.action, level, logger=record.name, message=message)
+
+
+def route(log: EventLog, logger: str, action: str) -> None:
+    """Send the records of `logger` (and its children) to `log` as `action` lines, and nowhere else."""
+    target = logging.getLogger(logger)
+    for handler in [h for h in target.handlers if isinstance(h, Routed)]:
+        target.removeHandler(handler)  # routed again: to the newer log only
+    target.addHandler(Routed(log, action))
+    target.propagate = False
+
+
+def _level_of(levelno: int) -> str:
+    """
+    >>> [_level_of(n) for n in (logging.DEBUG, logging.INFO, logging.WARNING, logging.ERROR, logging.CRITICAL)]
+    ['debug', 'info', 'warning', 'error', 'error']
+    """
+    if levelno >= logging.ERROR:
+        return "error"
+    if levelno >= logging.WARNING:
+        return "warning"
+    if levelno >= logging.INFO:
+        return "info"
+    return "debug"
 
 
 def _text(value: Any) -> str:

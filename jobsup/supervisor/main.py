@@ -10,7 +10,7 @@ from jobsup.db.migrate import require_schema
 from jobsup.errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import TERMINAL_SIGNALS
-from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.log import EventLog, route
 from jobsup.supervisor.supervisor import Supervisor
 
 
@@ -23,6 +23,9 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
         except DatabaseUnavailable as exc:
             raise DatabaseUnavailable(f"--listen-dsn: {exc}") from None
     log = EventLog(config.log_format, config.log_level)
+    # psycopg logs through `logging` (at WARNING and above: its own default); its lines go through our
+    # log too, in its format, not bare on stderr.
+    route(log, "psycopg", "db.driver")
     supervisor = Supervisor(config, log)
     if config.metrics_port:  # before any worker: a port in use is one line and exit 2, nothing started
         from jobsup.supervisor.metrics import bind

@@ -22,7 +22,7 @@ from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
 from jobsup.supervisor.duty import Duties, Duty, Loop
 from jobsup.supervisor.heartbeat import Heartbeat
-from jobsup.supervisor.keeper import Keeper, Worker
+from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.listener import Listener
 from jobsup.supervisor.log import EventLog
@@ -49,6 +49,11 @@ CLAIMS_SESSION = {"synchronous_commit": "off"}
 POLL_WITHOUT_LISTEN = 0.2
 # How long a hard stop (second Ctrl-C) may spend handing jobs back before it gives up on the database.
 HARD_STOP_BUDGET = 2.0
+# What a hard stop is called wherever it is the cause: of each worker's end, and (as an interruption)
+# of each running job's hand-back.
+HARD_STOP = "stopped at once (second Ctrl-C)"
+# At the end of a graceful stop, how long a worker told to exit may take before it is killed.
+EXIT_WAIT = 5.0
 # While waiting for running jobs at shutdown, say what is still running this often.
 WAIT_REPORT_EVERY = 5.0
 # At shutdown, how long past the shutdown timeout (and the kill grace) outcome writes keep trying a
@@ -273,7 +278,7 @@ class Supervisor:
 
         still = d.running()
         if still:
-            reason = f"interrupted: still running when shutdown timed out after {self.config.shutdown_timeout:g}s"
+            reason = f"{INTERRUPTED}: still running when shutdown timed out after {self.config.shutdown_timeout:g}s"
             self.log("shutdown.interrupting", count=len(still), ids=[j.id for j in still])
             for worker in self.keeper.all_processes():
                 if worker.job is not None:
@@ -316,16 +321,19 @@ class Supervisor:
         d.release_prefetched()  # claimed, not yet in a worker: handed back like the unstarted ones
         for worker in self.keeper.all_processes():
             if worker.jobs:
-                d.release_buffer.append((worker.jobs.popleft(), "interrupted: stopped at once (second Ctrl-C)"))
+                d.release_buffer.append((worker.jobs.popleft(), f"{INTERRUPTED}: {HARD_STOP}"))
                 d.release_buffer.extend((job, None) for job in worker.jobs)
                 worker.jobs.clear()
-        self.keeper.kill_all()
+        self.keeper.kill_all(HARD_STOP)
         loop = asyncio.get_running_loop()
         try:
             await asyncio.wait_for(d.flush(deadline=loop.time() + HARD_STOP_BUDGET), HARD_STOP_BUDGET)
             answered = await self._forget_self(HARD_STOP_BUDGET)
         except (TimeoutError, *LOST):
             answered = False
+        # The killed workers' ends are logged as their sentinels fire: a moment, unless the database
+        # answered before the kernel had reaped them all.
+        await self._wait_workers_gone(0.5)
         self.log.flush_repeats(force=True)
         if not answered:
             self.log("shutdown.now", "warning", reason="database did not answer; the reaper will return the rest")
@@ -335,9 +343,9 @@ class Supervisor:
         for worker in self.keeper.all_processes():
             if worker.state in ("idle", "starting"):
                 self.keeper.stop_worker(worker)
-        await self._wait_workers_gone(5)
+        await self._wait_workers_gone(EXIT_WAIT)
         if self.keeper.alive():
-            self.keeper.kill_all()
+            self.keeper.kill_all(f"killed: still running {EXIT_WAIT:g}s after the shutdown told it to exit")
             await self._wait_workers_gone(2)
 
     async def _wait_workers_gone(self, timeout: float) -> None:

@@ -1,0 +1,103 @@
+"""What the supervisor's log says about the events it caused itself: its own kills, a server that went
+away under it, a job's last failed attempt. Each line must say what happened, once, in the log's format."""
+
+from __future__ import annotations
+
+import json
+import signal
+
+import psycopg
+import pytest
+
+from jobsup import client
+from jobsup.db import embedded
+
+from .helpers import wait_for
+from .supervisor_helpers import enqueue_kinds, status_counts
+
+pytestmark = pytest.mark.slow  # every test runs a real supervisor
+
+
+def records(log: str) -> list[dict]:
+    """Every line of a --log-format json log, each a JSON object; a line that is not fails the test."""
+    parsed = []
+    for line in log.splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise AssertionError(f"a line outside the log format: {line!r}\n{log[-3000:]}") from None
+        assert isinstance(record, dict) and "action" in record, line
+        parsed.append(record)
+    return parsed
+
+
+def busy_workers(conn) -> int:
+    row = conn.execute("SELECT workers FROM jobsup.supervisors").fetchone()
+    return sum(w["state"] == "busy" for w in row[0]) if row else 0
+
+
+def test_workers_killed_by_a_second_ctrl_c_are_logged_as_stopped_not_as_a_possible_oom(conn, start):
+    ids = client.enqueue_many(conn, [dict(kind="sleep", payload={"seconds": 30})] * 2)
+    sup = start("--log-format", "json", procs=2)
+    wait_for(lambda: busy_workers(conn) == 2, message="both jobs running in a worker")
+    pids = sorted(w.pid for w in sup.workers())
+    sup.signal(signal.SIGINT)
+    sup.wait_log("shutdown.started")
+    sup.signal(signal.SIGINT)
+    assert sup.process.wait(20) == 130, sup.log()
+    lines = records(sup.log())
+    assert "out of memory" not in sup.log(), sup.log()
+    assert not [r for r in lines if r["action"] in ("worker.died", "worker.start_failed")], sup.log()
+    stopped = [r for r in lines if r["action"] == "worker.stopped"]
+    assert sorted(r["pid"] for r in stopped) == pids, sup.log()  # each worker it killed, and why
+    assert {r["cause"] for r in stopped} == {"stopped at once (second Ctrl-C)"}, stopped
+    interrupted = [r for r in lines if r["action"] == "job.interrupted"]
+    assert sorted(r["job"] for r in interrupted) == sorted(ids)
+    assert {r["reason"] for r in interrupted} == {"interrupted: stopped at once (second Ctrl-C)"}
+    rows = conn.execute("SELECT status, attempts FROM jobsup.jobs").fetchall()
+    assert rows == [("queued", 0), ("queued", 0)]  # handed back, attempt given back
+
+
+@pytest.mark.parametrize("pooler", ["none", "transaction"])
+def test_every_line_keeps_the_log_format_when_the_server_stops_under_the_supervisor(conn, start, pg_data_dir, pooler):
+    # psycopg logs through `logging` on its own ("error ignored terminating <AsyncPipeline [BAD]>");
+    # those lines must come through the supervisor's log, not as raw lines on stderr. The claims go
+    # through a pipeline behind a pooler, the latency figures ride one with an outcome write.
+    if pg_data_dir is None:
+        pytest.skip("stops the embedded server; JOBSUP_TEST_DSN names another")
+    dsn = conn.info.dsn
+    enqueue_kinds(conn, ["ok"] * 30_000)
+    sup = start("--log-format", "json", "--log-level", "debug", "--pooler", pooler, procs=2)
+    wait_for(lambda: status_counts(conn).get("done", 0) > 500, timeout=30, message="work under way")
+    conn.close()
+    embedded.restart(pg_data_dir)  # a fast stop ends every connection; then it starts again
+    sup.wait_log("db.lost")
+    sup.wait_log("db.reconnected")
+    with psycopg.connect(dsn, autocommit=True) as fresh:
+        before = status_counts(fresh).get("done", 0)
+        wait_for(lambda: status_counts(fresh).get("done", 0) > before, timeout=30, message="work resumes")
+    assert sup.stop() == 0, sup.log()[-3000:]
+    lines = records(sup.log())
+    assert lines[-1]["action"] == "shutdown.done"
+    driver = [r for r in lines if r["action"] == "db.driver"]
+    if pooler == "transaction":  # a claim's pipeline met the connection the server had closed
+        assert driver and all(r["logger"].startswith("psycopg") for r in driver), sup.log()[-3000:]
+    # What psycopg ignored while a lost connection went on up to the supervisor adds nothing to db.lost.
+    assert all(r["level"] == "debug" for r in driver if r["message"].startswith("error ignored")), driver
+
+
+def test_the_last_attempt_of_a_job_is_logged_dead_and_not_also_failed(conn, start):
+    # The same error on each attempt, so job.failed folds them into one run of its own.
+    job_id = client.enqueue(conn, "needs_field", {}, max_attempts=3)
+    sup = start("--log-format", "json")
+    wait_for(lambda: status_counts(conn).get("dead") == 1, timeout=30, message="the job dead")
+    assert sup.stop() == 0
+    lines = [r for r in records(sup.log()) if r.get("kind") == "needs_field"]
+    failed = [r for r in lines if r["action"] == "job.failed"]
+    dead = [r for r in lines if r["action"] == "job.dead"]
+    # Attempts 1 and 2 failed, and the job retried; attempt 3 made it dead: one line each way.
+    assert sum(r.get("more", 1) for r in failed) == 2, lines
+    assert [(r["job"], r["attempt"]) for r in dead] == [(job_id, 3)], lines
+    assert all(r["attempt"] < 3 for r in failed if "attempt" in r), lines
