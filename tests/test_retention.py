@@ -183,6 +183,10 @@ def test_two_supervisors_prune_each_row_once_without_blocking_a_claim(dsn, conn,
     try:
         flags = ("--keep-done", "1h", "--keep-dead", "1h", "--prune-interval", "20ms")
         sups = [start(*flags), start(*flags)]
+        # Both up before anything is judged: on a loaded machine one could prune it all while the other
+        # still imports, and a SIGTERM then meets a process with no handler yet (it dies by the signal).
+        for sup in sups:
+            sup.wait_ready()
         wait_for(lambda: status_counts(conn) == {"queued": 200}, timeout=120, message="every old row pruned")
         # A round is logged when it ends, which may be a moment after its last batch.
         wait_for(lambda: logged(sups) == (40_000, 4_000), timeout=30, message="both rounds logged")
