@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test test-fast check docs demo bench lab clean demo-django test-django6 chaos pgbouncer
+.PHONY: test test-fast check docs demo bench lab clean demo-django test-django6 test-django-oldest chaos pgbouncer
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -70,6 +70,20 @@ $(VENV6)/.installed: pyproject.toml
 
 test-django6: $(VENV6)/.installed
 	$(VENV6)/bin/python -m pytest -q tests/test_django.py $(PYTEST_ARGS)
+
+# tests/test_django.py on the oldest django-tasks that pyproject.toml allows (its floor), in a venv of its
+# own: older releases lack names jobsup.django imports (0.8: TaskResultStatus; 0.9-0.11: SUCCESSFUL).
+DJANGO_TASKS_OLDEST := 0.12.0
+VENV_OLDEST := .venv-django-oldest
+$(VENV_OLDEST)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV_OLDEST)
+	$(VENV_OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_OLDEST)/bin/python -m pip install --quiet -e '.[django]' pytest pytest-timeout 'django-tasks==$(DJANGO_TASKS_OLDEST)'
+	touch $@
+
+test-django-oldest: $(VENV_OLDEST)/.installed
+	$(VENV_OLDEST)/bin/python -c 'import django_tasks, importlib.metadata as m; 		v = m.version("django-tasks"); assert v == "$(DJANGO_TASKS_OLDEST)", v; print("django-tasks", v)'
+	$(VENV_OLDEST)/bin/python -m pytest -q tests/test_django.py $(PYTEST_ARGS)
 
 lab: $(VENV)/.installed
 	$(PY) examples/lab.py

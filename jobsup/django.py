@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import traceback
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ except ImportError as exc:  # pragma: no cover - the message is the point
 
 from django.core import checks
 from django.db import close_old_connections, connections
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 # Type checkers read the Django 6 branch only (django-stubs types django.tasks): the backport's names are
@@ -33,7 +35,7 @@ if TYPE_CHECKING or django.VERSION >= (6, 0):
     from django.tasks.backends.base import BaseTaskBackend
     from django.tasks.base import Task, TaskError
     from django.tasks.exceptions import InvalidTask, InvalidTaskBackend, TaskResultDoesNotExist
-    from django.tasks.signals import task_enqueued
+    from django.tasks.signals import task_enqueued, task_finished, task_started
     from django.utils.json import normalize_json
 else:
     from django_tasks import TaskContext, TaskResult, TaskResultStatus, task_backends
@@ -42,7 +44,7 @@ else:
     from django_tasks.exceptions import InvalidTaskBackendError as InvalidTaskBackend
     from django_tasks.exceptions import InvalidTaskError as InvalidTask
     from django_tasks.exceptions import TaskResultDoesNotExist
-    from django_tasks.signals import task_enqueued
+    from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
 from jobsup.app import App, Handler, load_app
@@ -109,8 +111,7 @@ class JobsupBackend(BaseTaskBackend):
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         self.validate_task(task)
-        payload = {"args": args, "kwargs": kwargs, "backend": self.alias}
-        text = encoded_json(payload, f"the arguments of task {task.module_path}", error=InvalidArguments)
+        args, kwargs, text = encoded_arguments(task, args, kwargs, self.alias)
         connection = connections[self.database]
         if connection.vendor != "postgresql":
             raise InvalidTaskBackend(
@@ -178,7 +179,12 @@ class JobsupBackend(BaseTaskBackend):
         payload, errors = _json(payload), _json(errors)
         if not (isinstance(payload, dict) and set(payload) == _PAYLOAD_KEYS):
             raise TaskResultDoesNotExist(f"job {job_id} is a jobsup job of kind {kind!r}, not a Django task")
-        task = find_task(kind)
+        found = imported(kind)
+        if not isinstance(found, Task):
+            raise TaskResultDoesNotExist(
+                f"job {job_id} is a jobsup job of kind {kind!r}, not a Django task: it is a {type(found).__name__}"
+            )
+        task = found
         try:  # the task as it was enqueued; Task.get_result compares only its function
             task = task.using(
                 priority=priority,
@@ -220,18 +226,54 @@ class JobsupBackend(BaseTaskBackend):
         ]
 
 
+def encoded_arguments(task: Task, args: Any, kwargs: Any, alias: str) -> tuple[list, dict, str]:
+    """The arguments normalized as the framework's backends normalize them (bytes to text, any sequence
+    to a list: TaskResult does it too), and the payload's JSON text; InvalidArguments saying why not."""
+    subject = f"the arguments of task {task.module_path}"
+    try:
+        args, kwargs = normalize_json(args), normalize_json(kwargs)
+    except (TypeError, ValueError) as exc:
+        # json's words for a type it refuses too: "Object of type datetime is not JSON serializable", the
+        # TypeError Django's documentation shows; normalize_json's own else (bytes that are not UTF-8).
+        reason = (_json_refusal(args, kwargs) if isinstance(exc, TypeError) else None) or str(exc)
+        raise InvalidArguments(f"{subject} are not JSON: {reason}") from None
+    payload = {"args": args, "kwargs": kwargs, "backend": alias}
+    try:
+        return args, kwargs, encoded_json(payload, subject, error=InvalidArguments)
+    except InvalidArguments as exc:
+        # encoded_json words its reasons for one value ("is not JSON", "holds a NUL"); these are several.
+        message = str(exc)
+        for one, several in ((" is ", " are "), (" holds ", " hold ")):
+            if message.startswith(subject + one):
+                message = subject + several + message[len(subject + one) :]
+        raise InvalidArguments(message) from None
+
+
+def _json_refusal(*values: Any) -> str | None:
+    try:
+        json.dumps(values)
+    except (TypeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def _json(value: Any) -> Any:
     # Django reads jsonb as text (JSONField decodes it itself); a plain psycopg cursor decodes it.
     return json.loads(value) if isinstance(value, str) else value
 
 
+def imported(kind: str) -> Any:
+    """What the module path `kind` names, imported; ImportError naming it when it cannot be."""
+    try:
+        return import_string(kind)
+    except Exception as exc:  # the module itself may raise anything while it imports
+        raise ImportError(f"task {kind} cannot be imported: {type(exc).__name__}: {exc}") from exc
+
+
 def find_task(kind: str) -> Task:
     """The Task whose module path is `kind`, imported; ImportError naming it, or NoHandler if that is
     not a task."""
-    try:
-        found = import_string(kind)
-    except Exception as exc:  # the module itself may raise anything while it imports
-        raise ImportError(f"task {kind} cannot be imported: {type(exc).__name__}: {exc}") from exc
+    found = imported(kind)
     if not isinstance(found, Task):
         raise NoHandler(f"no handler for {kind}: it is a {type(found).__name__}, not a Django task")
     return found
@@ -344,12 +386,72 @@ def _runner(task: Task):  # -> Callable[[Job], Any]
         # the check walks every configured database (27 us on a loaded 2-core machine), and the next
         # task's check closes what this one left, as the next request's would.
         close_old_connections()
-        args, kwargs = job.payload["args"], job.payload["kwargs"]
-        if task.takes_context:
-            result = task_backends[job.payload["backend"]].get_result(str(job.id))
-            value = call(TaskContext(task_result=result), *args, **kwargs)
-        else:
-            value = call(*args, **kwargs)
-        return None if value is None else normalize_json(value)  # what the framework accepts
+        args, kwargs, alias = job.payload["args"], job.payload["kwargs"], job.payload["backend"]
+        if task.takes_context:  # the context's result is the row as get_result reads it
+            backend = task_backends[alias]
+            result = backend.get_result(str(job.id))
+            sender = type(backend)
+        else:  # built from the job, sparing each task a query
+            result, sender = running_result(task, job), _sender(alias)
+        # As the framework's own backends send them: started just before the task runs, finished with its
+        # outcome (from inside the except, so a receiver that logs with logger.exception has it).
+        task_started.send(sender=sender, task_result=result)
+        try:
+            if task.takes_context:
+                value = call(TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = call(*args, **kwargs)
+            value = None if value is None else normalize_json(value)  # what the framework accepts
+        except BaseException as exc:
+            object.__setattr__(result, "finished_at", timezone.now())
+            path = f"{type(exc).__module__}.{type(exc).__qualname__}"
+            result.errors.append(
+                TaskError(exception_class_path=path, traceback="".join(traceback.format_exception(exc)))
+            )
+            object.__setattr__(result, "status", TaskResultStatus.FAILED)
+            task_finished.send(sender=sender, task_result=result)
+            raise
+        object.__setattr__(result, "finished_at", timezone.now())
+        object.__setattr__(result, "_return_value", value)
+        object.__setattr__(result, "status", TaskResultStatus.SUCCESSFUL)
+        task_finished.send(sender=sender, task_result=result)
+        return value
 
     return run
+
+
+def running_result(task: Task, job: Job) -> TaskResult:
+    """The TaskResult of the attempt `job` is, RUNNING, from what the worker knows of it (no query): what
+    get_result would read, but enqueued_at (None), started_at (now, the worker's clock, rather than the
+    claim's) and this attempt's worker id ("")."""
+    alias = job.payload["backend"]
+    if (task.priority, task.queue_name, task.backend) != (job.priority, job.queue, alias):
+        try:  # the task as it was enqueued, as get_result gives it
+            task = task.using(priority=job.priority, queue_name=job.queue, backend=alias)
+        except InvalidTask:
+            pass  # a queue or backend the settings no longer accept: the task as it is declared now
+    errors = job.errors or []
+    now = timezone.now()
+    return TaskResult(
+        task=task,
+        id=str(job.id),
+        status=TaskResultStatus.RUNNING,
+        enqueued_at=None,
+        started_at=now,
+        finished_at=None,
+        last_attempted_at=now,
+        args=job.payload["args"],
+        kwargs=job.payload["kwargs"],
+        backend=alias,
+        errors=[task_error(e) for e in errors],
+        worker_ids=worker_ids(job.attempts, errors, None),
+    )
+
+
+def _sender(alias: str) -> type[BaseTaskBackend]:
+    """The class of the backend `alias`: the sender of its signals. JobsupBackend when the settings no
+    longer name it, which would not stop its tasks already enqueued from running."""
+    try:
+        return type(task_backends[alias])
+    except InvalidTaskBackend:
+        return JobsupBackend

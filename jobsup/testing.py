@@ -13,6 +13,7 @@ the supervisor uses, so retries, snoozes, burial and cancels come out as in prod
 
 from __future__ import annotations
 
+import ast
 import json
 import multiprocessing
 import os
@@ -24,6 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
+from types import FrameType
 from typing import Any
 
 import psycopg
@@ -100,6 +102,8 @@ def drain(
     a fork server, with the app imported by name), so a crash of the handler's own or its `timeout`
     (seconds, unless its handler sets one) fails that attempt as under the supervisor. `conn` may be in a
     transaction of the test's; the drain's statements then run in it."""
+    if processes:
+        _refuse_unguarded_main()
     if isinstance(app, str):
         target, app = app, load_app(app)
     else:
@@ -163,6 +167,73 @@ def _write(
     [outcome] = failed
     status = outcome.status if outcome is not None else "failed"
     return Ran(job.id, job.kind, job.attempts, {"queued": "failed"}.get(status, status), answer.error)
+
+
+def _refuse_unguarded_main() -> None:
+    """BadInput when drain(processes=True) is called by the top-level code of the script being run,
+    outside `if __name__ == "__main__":`.
+
+    Each worker process is started as multiprocessing starts one: it imports the script again (as
+    __mp_main__) before it runs, so that code would truncate, enqueue and so on a second time, then call
+    drain again, which multiprocessing refuses with a RuntimeError, and the worker would never start.
+    Checked here, in the script's own process, before any worker is started, so nothing runs twice."""
+    main = sys.modules.get("__main__")
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None)
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # This process is a worker importing the script, which the check in its parent missed (code it
+        # could not read): say why rather than let multiprocessing's RuntimeError say it.
+        raise BadInput(_unguarded(spec_name or str(getattr(main, "__file__", None) or "__main__")))
+    if main is None or (spec_name is not None and (spec_name == "__main__" or spec_name.endswith(".__main__"))):
+        return  # no script, or a package's __main__, which multiprocessing does not import again
+    path = getattr(main, "__file__", None)
+    if path is None:  # python -c, an interactive session, a notebook: nothing is imported again
+        return
+    calling = None  # the frame of the script's top-level code that led here, if any
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_globals is vars(main) and frame.f_code.co_name == "<module>":
+            calling = frame
+        frame = frame.f_back
+    if calling is None:  # called from elsewhere (pytest, a function the script runs under its guard)
+        return
+    try:
+        with open(path, "rb") as source:
+            tree = ast.parse(source.read(), path)
+    except (OSError, SyntaxError, ValueError):
+        return  # a script that cannot be read here: the worker's own check says it, if need be
+    if not any(calling.f_lineno in lines for lines in _guarded_lines(tree)):
+        raise BadInput(_unguarded(spec_name or path))
+
+
+def _unguarded(script: str) -> str:
+    return (
+        f"drain(processes=True) was called by code that runs when the script {script} is imported, and each "
+        "worker process imports it again (as multiprocessing does): put the code that calls it under "
+        '`if __name__ == "__main__":`'
+    )
+
+
+def _guarded_lines(tree: ast.Module) -> list[range]:
+    """The line ranges that run only when the script is run, not imported: the body of each
+    `if __name__ == "__main__":` (the else of `if __name__ != "__main__":`).
+
+    >>> _guarded_lines(ast.parse("x = 1\\nif __name__ == '__main__':\\n    x = 2\\n    x = 3\\n"))
+    [range(3, 5)]
+    """
+    found = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and len(node.test.ops) == 1):
+            continue
+        sides = [node.test.left, *node.test.comparators]
+        names = {n.id for n in sides if isinstance(n, ast.Name)}
+        constants = {n.value for n in sides if isinstance(n, ast.Constant)}
+        if names != {"__name__"} or constants != {"__main__"}:
+            continue
+        op = node.test.ops[0]
+        body = node.body if isinstance(op, ast.Eq) else node.orelse if isinstance(op, ast.NotEq) else []
+        if body:
+            found.append(range(body[0].lineno, (body[-1].end_lineno or body[-1].lineno) + 1))
+    return found
 
 
 def _target_of(app: App) -> str:

@@ -49,8 +49,9 @@ def django_db(dsn: str):
 def start_django(start, dsn: str):
     """start_django(*flags, procs=2, app=None) runs `jobsup start --django` on this test's database."""
 
-    def _start(*args: str, procs: int = 2, app: str | None = None):
-        sup = start("--django", SETTINGS, *args, procs=procs, app=app, env={"JOBSUP_TEST_DJANGO_DSN": dsn})
+    def _start(*args: str, procs: int = 2, app: str | None = None, env: dict[str, str] | None = None):
+        env = {"JOBSUP_TEST_DJANGO_DSN": dsn, **(env or {})}
+        sup = start("--django", SETTINGS, *args, procs=procs, app=app, env=env)
         sup.wait_ready()
         return sup
 
@@ -135,6 +136,44 @@ def test_a_non_json_argument_raises_the_frameworks_error_at_enqueue(django_db, c
     assert jobs(conn) == []
 
 
+def test_the_arguments_errors_speak_of_them_in_the_plural(django_db, conn, monkeypatch):
+    from django.utils import timezone
+
+    from jobsup.django import InvalidArguments
+    from tests.django_project.tasks import add
+
+    task = "the arguments of task tests.django_project.tasks.add"
+    with pytest.raises(InvalidArguments) as caught:
+        add.enqueue(timezone.now(), 1)
+    assert str(caught.value) == f"{task} are not JSON: Object of type datetime is not JSON serializable"
+    with pytest.raises(InvalidArguments) as caught:
+        add.enqueue(b"\xff", 1)  # bytes are text to the framework, when they are UTF-8
+    assert str(caught.value) == f"{task} are not JSON: Unsupported value: <class 'bytes'>"
+    with pytest.raises(InvalidArguments) as caught:
+        add.enqueue("a\x00b", 1)
+    assert str(caught.value) == f"{task} hold a NUL character (\\u0000), which PostgreSQL cannot store in jsonb"
+    monkeypatch.setenv("JOBSUP_MAX_PAYLOAD", "40")
+    with pytest.raises(InvalidArguments) as caught:
+        add.enqueue("x" * 40, 1)
+    assert str(caught.value) == f"{task} are 87 bytes, over the limit of 40 (JOBSUP_MAX_PAYLOAD)"
+    assert jobs(conn) == []
+
+
+def test_arguments_are_normalized_as_the_frameworks_backends_do_before_they_are_checked(django_db, conn):
+    from tests.django_project.tasks import add
+
+    # bytes become text and any sequence a list, as django's normalize_json makes them
+    result = add.enqueue(b"abc", range(3))
+    assert (result.args, result.kwargs) == (["abc", [0, 1, 2]], {})
+    keyed = add.enqueue(a=(1, 2), b={"k": b"v"})
+    assert keyed.kwargs == {"a": [1, 2], "b": {"k": "v"}}
+    assert [row[3] for row in jobs(conn)] == [
+        {"args": ["abc", [0, 1, 2]], "kwargs": {}, "backend": "default"},
+        {"args": [], "kwargs": {"a": [1, 2], "b": {"k": "v"}}, "backend": "default"},
+    ]
+    assert add.get_result(result.id).args == ["abc", [0, 1, 2]]
+
+
 def test_a_task_the_backend_cannot_accept_raises_invalid_task(django_db):
     from jobsup.django import InvalidTask
     from tests.django_project.tasks import add
@@ -176,6 +215,13 @@ def test_get_result_of_what_is_not_a_task_result(django_db, conn):
     job_id = client.enqueue(conn, "email", {"to": "a@example.com"})
     with pytest.raises(TaskResultDoesNotExist, match="a jobsup job of kind 'email', not a Django task"):
         default_task_backend.get_result(str(job_id))
+    # A payload shaped like a task's, but its kind names what is not a task.
+    shaped = client.enqueue(conn, "subprocess.check_output", {"args": [["true"]], "kwargs": {}, "backend": "default"})
+    with pytest.raises(
+        TaskResultDoesNotExist,
+        match=r"job \d+ is a jobsup job of kind 'subprocess.check_output', not a Django task: it is a function",
+    ):
+        default_task_backend.get_result(str(shaped))
 
 
 # --- running ---------------------------------------------------------------------------------------
@@ -327,6 +373,82 @@ def test_plain_handlers_run_beside_tasks_and_their_return_values_are_stored(djan
         "Object of type set is not JSON serializable",
     )
     assert row(int(task.id))[1] == 3
+
+
+def test_the_task_signals_are_sent_as_the_frameworks_backends_send_them(django_db, start_django, tmp_path, monkeypatch):
+    from tests.django_project.tasks import add, always_fails, returns_set, with_context
+
+    # tests/django_project/signals.py records every signal it receives, in this process and the workers
+    record = tmp_path / "signals.jsonl"
+    monkeypatch.setenv("JOBSUP_TEST_SIGNALS", str(record))
+    done = add.enqueue(2, 3)
+    failing = always_fails.enqueue("no luck")  # two attempts: the backend's max_attempts
+    bad_return = returns_set.enqueue()
+    ctx = with_context.enqueue("hi")
+    start_django(env={"JOBSUP_TEST_SIGNALS": str(record)})
+    for result in (done, failing, bad_return, ctx):
+        finished(result)
+
+    def signals(result):
+        lines = [json.loads(line) for line in record.read_text().splitlines()]
+        return [{k: v for k, v in line.items() if k != "id"} for line in lines if line["id"] == result.id]
+
+    for result in (failing, bad_return):
+        wait_for(lambda r=result: len(signals(r)) == 5, timeout=30, message=f"the signals of task result {result.id}")
+    sender = "jobsup.django.JobsupBackend"
+    enqueued = {"signal": "task_enqueued", "sender": sender, "status": "READY", "attempts": 0, "errors": []}
+    assert signals(done) == [
+        {**enqueued, "task": "tests.django_project.tasks.add", "args": [2, 3]},
+        {
+            "signal": "task_started",
+            "sender": sender,
+            "task": "tests.django_project.tasks.add",
+            "args": [2, 3],
+            "status": "RUNNING",
+            "attempts": 1,
+            "errors": [],
+            "started": True,
+            "finished": False,
+            "worker_pid": signals(done)[1]["worker_pid"],
+        },
+        {
+            "signal": "task_finished",
+            "sender": sender,
+            "task": "tests.django_project.tasks.add",
+            "args": [2, 3],
+            "status": "SUCCESSFUL",
+            "attempts": 1,
+            "errors": [],
+            "started": True,
+            "finished": True,
+            "return_value": 5,
+            "worker_pid": signals(done)[1]["worker_pid"],
+        },
+    ]
+    assert signals(done)[1]["worker_pid"] != os.getpid()  # sent by the worker that ran the task
+    # Each attempt is a run of the task: started, then finished FAILED with that attempt's error, even
+    # when jobsup retries it.
+    assert [(s["signal"], s["status"], s["attempts"], s["errors"]) for s in signals(failing)] == [
+        ("task_enqueued", "READY", 0, []),
+        ("task_started", "RUNNING", 1, []),
+        ("task_finished", "FAILED", 1, ["builtins.ValueError"]),
+        ("task_started", "RUNNING", 2, ["builtins.ValueError"]),
+        ("task_finished", "FAILED", 2, ["builtins.ValueError", "builtins.ValueError"]),
+    ]
+    # A return value the framework refuses fails the run, as with Django's own backends.
+    assert [(s["signal"], s["status"], s["errors"]) for s in signals(bad_return)] == [
+        ("task_enqueued", "READY", []),
+        ("task_started", "RUNNING", []),
+        ("task_finished", "FAILED", ["builtins.TypeError"]),
+        ("task_started", "RUNNING", ["builtins.TypeError"]),
+        ("task_finished", "FAILED", ["builtins.TypeError", "builtins.TypeError"]),
+    ]
+    assert [(s["signal"], s["status"]) for s in signals(ctx)] == [
+        ("task_enqueued", "READY"),
+        ("task_started", "RUNNING"),
+        ("task_finished", "SUCCESSFUL"),
+    ]
+    assert signals(ctx)[-1]["return_value"]["status"] == "RUNNING"  # what the task saw in its context
 
 
 # --- Django's own documentation, run unchanged (tests/django_project/docs/) ---------------------------

@@ -116,3 +116,67 @@ def test_enqueued_and_assert_enqueued(conn):
     assert message.startswith("expected a job of kind='email' to='c@example.com', found 0; enqueued were 3:")
     assert 'email queue=default queued payload={"to": "b@example.com"}' in message
     assert "sms queue=default queued payload={}" in message
+
+
+SCRIPT = """\
+import os
+import sys
+
+import psycopg
+
+from jobsup import client
+from jobsup.testing import drain
+
+
+def run():
+    with psycopg.connect(os.environ["SCRIPT_DSN"], autocommit=True) as conn:
+        conn.execute("TRUNCATE jobsup.jobs")
+        client.enqueue(conn, "twice", max_attempts=3)
+        with open(os.environ["SCRIPT_LOG"], "a") as log:  # one line per run of this code
+            log.write(f"enqueued {{os.getpid()}}\\n")
+        runs = drain("tests.apps.control:app", conn, processes=True, with_scheduled=True)
+        print("outcomes", sorted(runs.outcomes().values()))
+
+
+{call}
+"""
+
+
+@pytest.mark.slow  # scripts that start real worker processes
+def test_drain_in_processes_from_a_script_without_the_main_guard_says_so_and_runs_nothing_twice(conn, dsn, tmp_path):
+    import subprocess
+    import sys
+
+    from .helpers import ROOT, cli_env
+
+    def script(call: str) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+        path, log = tmp_path / "script.py", tmp_path / "script.log"
+        path.write_text(SCRIPT.format(call=call))
+        log.unlink(missing_ok=True)
+        done = subprocess.run(
+            [sys.executable, str(path)],
+            capture_output=True,
+            text=True,
+            cwd=ROOT,
+            env=cli_env(SCRIPT_DSN=dsn, SCRIPT_LOG=str(log)),
+            timeout=120,
+        )
+        return done, log.read_text().splitlines()
+
+    # Without the guard: the worker process would import the script again (as multiprocessing does).
+    unguarded, log = script("run()")
+    assert unguarded.returncode == 1, unguarded.stderr
+    assert len(log) == 1, log  # the TRUNCATE and the enqueue ran once, in the script's own process
+    assert "RuntimeError" not in unguarded.stderr and "the worker did not start" not in unguarded.stderr
+    last = unguarded.stderr.strip().splitlines()[-1]
+    assert last == (
+        "jobsup.errors.BadInput: drain(processes=True) was called by code that runs when the script "
+        f"{tmp_path / 'script.py'} is imported, and each worker process imports it again (as multiprocessing "
+        'does): put the code that calls it under `if __name__ == "__main__":`'
+    )
+    assert conn.execute("SELECT status, attempts FROM jobsup.jobs").fetchall() == [("queued", 0)]
+
+    # With it: the same script drains its job in a worker process.
+    guarded, log = script('if __name__ == "__main__":\n    run()')
+    assert guarded.returncode == 0, guarded.stderr
+    assert guarded.stdout == "outcomes ['done']\n" and len(log) == 1

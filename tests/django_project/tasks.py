@@ -5,6 +5,9 @@ import os
 
 from django.tasks import TaskContext, task
 
+# Its receivers record the task signals; imported with the tasks, so the workers connect them too.
+from tests.django_project import signals  # noqa: F401
+
 
 @task
 def add(a, b):
