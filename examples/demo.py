@@ -4,7 +4,8 @@
 
 1. the embedded PostgreSQL of the default data directory (JOBSUP_DATA_DIR moves it), unless JOBSUP_DSN
    (or DATABASE_URL) names a server; then `jobsup migrate`;
-2. `jobsup start --procs 8 --app examples.demo_app:app` in the background, its log in a file;
+2. `jobsup start --procs 8 --app examples.demo_app:app` in the background, its log (and the feed's) in
+   a directory of this run's own under the temporary directory (TMPDIR), printed at the start and end;
 3. a steady mix of jobs (examples/demo_app.py says what each fate does): most succeed, some fail and
    retry, some die, some crash their worker, some are slow, a few hang until their timeout;
 4. `jobsup top` in the foreground. Press r on a dead job to requeue it, q to quit.
@@ -31,8 +32,9 @@ sys.path.insert(0, str(ROOT))
 import psycopg
 
 from examples.demo_app import app
-from jobsup import JobsupError, embedded
+from jobsup import JobsupError
 from jobsup.db import dsn as dsns
+from jobsup.db import embedded
 
 PROCS = 8
 JOBS_PER_SECOND = 15  # the feed; eight workers keep up with it, so the backlog stays small
@@ -55,6 +57,13 @@ MIX = [
     (1, "export", {"fate": "ok"}, 0),
     (3, "email", {"fate": "ok", "digest": True}, 30),  # scheduled: shown as such until due
 ]
+
+
+def log_dir(name: str) -> Path:
+    """A new directory for this run's logs, such as /tmp/jobsup-demo-k3j9x2: two demos at once (another
+    data directory, another user) never write into each other's logs, and one run's logs outlive the
+    next run. mkdtemp makes it readable by this user only."""
+    return Path(tempfile.mkdtemp(prefix=f"jobsup-{name}-"))
 
 
 def jobsup(*args: str) -> list[str]:
@@ -117,9 +126,9 @@ def main() -> int:
         say(f"demo: {exc}", error=True)
         return 1
     where = dsns.redact(dsn)
-    logs = Path(tempfile.gettempdir()) / "jobsup-demo"
-    logs.mkdir(exist_ok=True)
+    logs = log_dir("demo")
     log_path = logs / "supervisor.log"
+    say(f"logs of this run: {logs}")
     supervisor = None
     stop = threading.Event()
     feeder = None
@@ -178,6 +187,8 @@ def stop_supervisor(supervisor: subprocess.Popen, log_path: Path) -> None:
         os.killpg(supervisor.pid, signal.SIGKILL)
         supervisor.wait()
     say(f"supervisor exited with code {supervisor.returncode}; its log: {log_path}")
+    if log_path.with_name("feed.log").exists():
+        say(f"the feed's log: {log_path.with_name('feed.log')}")
 
 
 def leave_database(started_db: bool, named: str | None, data_dir: Path) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
@@ -124,23 +125,52 @@ class App:
     ) -> JobSpec:
         """A JobSpec whose unset options take the defaults its handler was registered with."""
         name = kind.get("kind") if isinstance(kind, Mapping) else kind
-        handler = self.handlers.get(name) if isinstance(name, str) else None
-        defaults = (
-            {}
-            if handler is None
-            else {
-                option: getattr(handler, option)
-                for option in ("max_attempts", "queue", "priority")
-                if getattr(handler, option) is not None
-            }
+        return make_spec(kind, payload, options, self.defaults(name) if isinstance(name, str) else {})
+
+    def defaults(self, kind: str) -> dict[str, Any]:
+        """The options the handler of `kind` sets (max_attempts, queue, priority); {} for no handler."""
+        handler = self.handlers.get(kind)
+        if handler is None:
+            return {}
+        return {
+            option: getattr(handler, option)
+            for option in ("max_attempts", "queue", "priority")
+            if getattr(handler, option) is not None
+        }
+
+    def refuse_unknown_kind(self, kind: str, elsewhere: str = "jobsup.enqueue(conn, ...)") -> None:
+        """BadInput for a kind this app has no handler for, with the closest one it may mean.
+
+        A supervisor of this app leaves such a job queued forever (another app's supervisor may serve
+        it), so a typo would wait unseen: the app's own enqueue refuses it. Only an app that knows all
+        its kinds refuses: not one without handlers (a Queue without an app) nor one that finds kinds
+        by name (Django's). `elsewhere` says how to enqueue a kind another app handles.
+        """
+        if not self.handlers or self.finds_kinds or kind in self.handlers:
+            return
+        close = difflib.get_close_matches(kind, self.handlers, n=1)
+        if close:
+            hint = f" (did you mean {close[0]!r}?)"
+        else:  # nothing like it: name what there is, or the first few of a large app
+            kinds = sorted(self.handlers)
+            hint = f" (its kinds: {', '.join(kinds[:8])}{', ...' if len(kinds) > 8 else ''})"
+        raise BadInput(
+            f"the app has no handler for kind {kind!r}{hint}; to enqueue a kind another app handles, use {elsewhere}"
         )
-        return make_spec(kind, payload, options, defaults)
+
+    def _known_spec(
+        self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None, options: Mapping[str, Any] | None = None
+    ) -> JobSpec:
+        spec = self.spec(kind, payload, options)
+        self.refuse_unknown_kind(spec.kind)
+        return spec
 
     def enqueue(
         self, conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
     ) -> int | None:
-        """jobsup.enqueue, with this app's handler defaults for what the call leaves out."""
-        return client.enqueue(conn, self.spec(kind, payload, options))
+        """jobsup.enqueue, with this app's handler defaults for what the call leaves out; a kind the app
+        has no handler for is refused (BadInput)."""
+        return client.enqueue(conn, self._known_spec(kind, payload, options))
 
     async def aenqueue(
         self,
@@ -149,17 +179,17 @@ class App:
         payload: Any = None,
         **options: Unpack[EnqueueOptions],
     ) -> int | None:
-        return await client.aenqueue(conn, self.spec(kind, payload, options))
+        return await client.aenqueue(conn, self._known_spec(kind, payload, options))
 
     def enqueue_many(
         self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
     ) -> list[int | None]:
-        return client.enqueue_many(conn, [self.spec(job) for job in jobs])
+        return client.enqueue_many(conn, [self._known_spec(job) for job in jobs])
 
     async def aenqueue_many(
         self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
     ) -> list[int | None]:
-        return await client.aenqueue_many(conn, [self.spec(job) for job in jobs])
+        return await client.aenqueue_many(conn, [self._known_spec(job) for job in jobs])
 
 
 def split_target(target: str) -> tuple[str, str]:

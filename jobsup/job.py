@@ -74,7 +74,8 @@ class EncodedPayload(str):
 
 @dataclass(frozen=True, slots=True)
 class JobSpec:
-    """One job to enqueue. `delay` (seconds) counts from `run_at`, or from now."""
+    """One job to enqueue. `payload` is a JSON object (a dict; None means {}). `delay` (seconds) counts
+    from `run_at`, or from now."""
 
     kind: str
     payload: Any = None
@@ -92,6 +93,13 @@ class JobSpec:
     def validate(self) -> None:
         if not isinstance(self.kind, str) or not self.kind.strip():
             raise BadInput("a job needs a kind: a non-empty string")
+        if not _is_object(self.payload):
+            # Refused here, where every enqueue passes (the functions, App, Queue, the CLI's argument
+            # and its lines), rather than accepted and then failing every attempt in a handler that
+            # reads job.payload[...] or .get(...); schedules refuse them the same way.
+            raise BadInput(
+                f"payload of a {self.kind!r} job must be a JSON object (a dict), not {_type_name(self.payload)}"
+            )
         if not isinstance(self.queue, str) or not self.queue.strip():
             raise BadInput(f"queue of a {self.kind!r} job must be a non-empty string")
         if (
@@ -118,6 +126,30 @@ class JobSpec:
             raise BadInput(f"run_at of a {self.kind!r} job must be a datetime with a time zone")
         if self.unique_key is not None and (not isinstance(self.unique_key, str) or not self.unique_key):
             raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")
+
+
+# What a non-object payload is called in a refusal: the Python type, and the JSON one for a reader of
+# the CLI, whose payloads are JSON text.
+_JSON_NAMES = {list: "a JSON array", tuple: "a JSON array", str: "a JSON string", bool: "true or false"}
+
+
+def _is_object(payload: Any) -> bool:
+    """None (meaning {}), a dict, or JSON text encoded from one (an EncodedPayload of the CLI's)."""
+    if type(payload) is EncodedPayload:
+        return payload.startswith("{")  # compact JSON of a dict, as encoded_json wrote it
+    return payload is None or isinstance(payload, dict)
+
+
+def _type_name(value: Any) -> str:
+    """
+    >>> _type_name([1]), _type_name(2.5), _type_name(True)
+    ('list (a JSON array)', 'float (a JSON number)', 'bool (true or false)')
+    """
+    if type(value) is EncodedPayload:
+        return "JSON that is not an object"
+    kind = type(value)
+    json_name = _JSON_NAMES.get(kind) or ("a JSON number" if kind in (int, float) else None)
+    return f"{kind.__name__} ({json_name})" if json_name else kind.__name__
 
 
 class EnqueueOptions(TypedDict, total=False):

@@ -7,8 +7,6 @@ import json
 import psycopg
 import pytest
 
-from jobsup import client
-
 from .helpers import jobsup, with_dbname
 
 
@@ -47,18 +45,6 @@ def test_bench_in_a_scratch_database_drops_it(server_dsn):
     assert figures["noop_jobs_per_s"] > 0 and figures["pickup_p50_ms"] > 0
     with psycopg.connect(server_dsn) as conn:
         assert conn.execute("SELECT datname FROM pg_database ORDER BY 1").fetchall() == databases
-
-
-@pytest.mark.slow  # the CLI in a subprocess
-def test_bench_refuses_a_schema_with_jobs_and_touches_nothing(conn, dsn):
-    client.enqueue(conn, "email")
-    before = conn.execute("SELECT id, status, attempts FROM jobsup.jobs").fetchall()
-    result = jobsup("bench", "--dsn", dsn)
-    assert result.returncode == 2
-    assert "holds 1 job:" in result.stderr and "--database" in result.stderr
-    assert len(result.stderr.strip().splitlines()) == 1
-    assert conn.execute("SELECT id, status, attempts FROM jobsup.jobs").fetchall() == before
-    assert conn.execute("SELECT to_regclass('jobsup.bench_pickup')").fetchone()[0] is None
 
 
 def test_bench_refuses_an_existing_database_name(dsn, server_dsn):

@@ -2,7 +2,8 @@
 
 1. the embedded PostgreSQL of the default data directory (JOBSUP_DATA_DIR moves it), unless JOBSUP_DSN
    (or DATABASE_URL) names a server; then `jobsup migrate`;
-2. `jobsup start --django mysite.settings --queues default,emails` in the background, its log in a file;
+2. `jobsup start --django mysite.settings --queues default,emails` in the background, its log in a
+   directory of this run's own under the temporary directory (TMPDIR), printed;
 3. `python manage.py enqueue_demo`: tasks enqueued inside atomic(), their results printed;
 4. the supervisor stopped (SIGTERM), and the embedded PostgreSQL too if this demo started it.
 """
@@ -12,16 +13,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 sys.path.insert(0, str(ROOT))
 
-from examples.demo import leave_database, stop_supervisor
-from jobsup import JobsupError, embedded
+from examples.demo import leave_database, log_dir, stop_supervisor
+from jobsup import JobsupError
 from jobsup.db import dsn as dsns
+from jobsup.db import embedded
 
 
 def main() -> int:
@@ -38,7 +39,7 @@ def main() -> int:
     except JobsupError as exc:
         print(f"demo-django: {exc}", file=sys.stderr)
         return 1
-    log_path = Path(tempfile.gettempdir()) / "jobsup-demo-django.log"
+    log_path = log_dir("demo-django") / "supervisor.log"
     supervisor = None
     try:
         if subprocess.run([sys.executable, "-m", "jobsup", "migrate"], env=env, cwd=HERE).returncode:

@@ -1,10 +1,12 @@
 """`jobsup bench`: how fast jobsup is on the database it is pointed at, leaving nothing behind.
 
 The queue's SQL names the schema `jobsup` everywhere, so the bench cannot move to a schema of another
-name without SQL of its own. It runs either in the target database's `jobsup` schema, which it creates
-and then drops (so only where there is none yet), or with --database NAME in a scratch database it
-creates on the same server and drops afterwards. The measurements are jobsup/ops/bench.py's, the code
-behind benchmarks/bench_supervisor.py.
+name without SQL of its own. It runs in the target database's `jobsup` schema, which it creates and
+then drops, only where there is none yet. Where there is one (right after the quick start, it holds
+jobs), it runs in a scratch database it creates on the same server and drops afterwards, when the role
+may create databases; with --database NAME it always does, under that name. A failure or Ctrl-C still
+drops what it made. The measurements are jobsup/ops/bench.py's, the code behind
+benchmarks/bench_supervisor.py.
 """
 
 from __future__ import annotations
@@ -12,11 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
+import signal
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass
 
 import psycopg
 from psycopg import conninfo, sql
@@ -52,8 +58,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Measure jobsup on this database: bulk enqueue, no-op and 1 ms throughput through "
         "`jobsup start --procs N`, and pickup latency. It works in a jobsup schema it "
-        "creates and drops (refused where one exists), or with --database in a scratch "
-        "database it creates and drops; nothing is left behind."
+        "creates and drops where the database has none; where it has one, in a scratch "
+        "database it creates and drops (the role needs CREATEDB), named by --database or "
+        "by the bench. Nothing is left behind, also after a failure or Ctrl-C."
     )
     parser.add_argument(
         "--procs", type=_positive_int, default=PROCS, help=f"worker processes of the supervisor (default {PROCS})"
@@ -68,7 +75,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--database",
         metavar="NAME",
         help="bench in a scratch database of this name, created on the same server and "
-        "dropped afterwards (it must not exist)",
+        "dropped afterwards (it must not exist); without it, the bench names one itself "
+        "where the database has a jobsup schema",
     )
     parser.add_argument(
         "--pooler",
@@ -81,53 +89,119 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+@dataclass(frozen=True)
+class Place:
+    """Where the bench runs: its DSN, what it made there (for the last line), and the scratch database
+    it runs in, if any (a --listen-dsn is pointed at it too)."""
+
+    dsn: str
+    made: str
+    database: str | None = None
+
+
 @contextmanager
-def place(server_dsn: str, database: str | None, connect) -> Iterator[tuple[str, str]]:
-    """Where to bench: yields (dsn, what was made there); removes it afterwards."""
+def _uninterrupted() -> Iterator[None]:
+    """Ctrl-C waits for the end of the block, then acts: a database the server created is always known
+    to be ours, and a drop always runs to its end. The bench leaves nothing behind, interrupted or not."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)  # Python's default handler raises KeyboardInterrupt here
+
+
+@contextmanager
+def _scratch_database(server_dsn: str, database: str, connect) -> Iterator[str]:
+    """A database of this name, created, migrated, yielded as a DSN and dropped afterwards, whatever
+    happens in between (a failure, Ctrl-C). psycopg.errors.InsufficientPrivilege when the role may not
+    create databases: then nothing was made."""
+    name = sql.Identifier(database)
+    created = False
+    try:
+        with connect(server_dsn) as admin, _uninterrupted():
+            admin.execute(sql.SQL(SQL["bench_create_database"]).format(name=name))
+            created = True
+        dsn = conninfo.make_conninfo(server_dsn, dbname=database)
+        with connect(dsn) as conn:
+            _install(conn)
+        yield dsn
+    finally:
+        if created:
+            with _uninterrupted(), connect(server_dsn) as admin:
+                admin.execute(sql.SQL(SQL["bench_drop_database"]).format(name=name))
+
+
+def scratch_name() -> str:
+    """A database name of this run's own, so two benches on one server never meet."""
+    return f"jobsup_bench_{os.getpid()}_{secrets.token_hex(3)}"
+
+
+@contextmanager
+def place(server_dsn: str, database: str | None, connect) -> Iterator[Place]:
+    """Where to bench; removes what it made afterwards, also on a failure or Ctrl-C.
+
+    --database NAME: that scratch database. Else the target's own jobsup schema when it has none (made
+    and dropped). Else, where a jobsup schema exists (right after the quick start it holds jobs), a
+    scratch database of a generated name, when the role may create one (CREATEDB or superuser): the
+    bench never runs among the target's jobs. Only a role that may not is asked for another way.
+    """
     if database:
-        name = sql.Identifier(database)
         with connect(server_dsn) as admin:
             if admin.execute(SQL["bench_database_exists"], {"name": database}).fetchone()[0]:
                 raise BadInput(
                     f"database {database!r} exists: --database names a scratch database that "
                     "jobsup bench creates and drops"
                 )
-            admin.execute(sql.SQL(SQL["bench_create_database"]).format(name=name))
-        try:
-            dsn = conninfo.make_conninfo(server_dsn, dbname=database)
-            with connect(dsn) as conn:
-                _install(conn)
-            yield dsn, f"database {database}"
-        finally:
-            with connect(server_dsn) as admin:
-                admin.execute(sql.SQL(SQL["bench_drop_database"]).format(name=name))
+        with _scratch_database(server_dsn, database, connect) as dsn:
+            yield Place(dsn, f"database {database}", database)
         return
     with connect(server_dsn) as conn:
-        if conn.execute(SQL["bench_schema_exists"]).fetchone()[0]:
-            jobs = _jobs_held(conn)
-            where = dsns.redact(server_dsn)
-            if jobs:
-                raise BadInput(
-                    f"the jobsup schema of {where} holds {jobs} job{'s' if jobs != 1 else ''}: "
-                    "jobsup bench will not run among them; use --database NAME for a scratch database "
-                    "(nothing touched)"
-                )
-            raise BadInput(
-                f"{where} has a jobsup schema already: jobsup bench only runs in one it creates "
-                "and drops; use --database NAME for a scratch database (nothing touched)"
-            )
-        _install(conn)
+        schema_exists = conn.execute(SQL["bench_schema_exists"]).fetchone()[0]
+    if schema_exists:
+        name = scratch_name()
+        with ExitStack() as stack:
+            try:
+                dsn = stack.enter_context(_scratch_database(server_dsn, name, connect))
+            except psycopg.errors.InsufficientPrivilege:
+                raise _may_not_create(server_dsn, connect) from None
+            yield Place(dsn, f"database {name}", name)
+        return
     try:
-        yield server_dsn, "schema jobsup"
-    finally:
         with connect(server_dsn) as conn:
-            conn.execute(SQL["bench_drop_schema"])
+            _install(conn)
+        yield Place(server_dsn, "schema jobsup")
+    finally:
+        # No schema was there before: whatever is there now is the bench's, even a migration cut short.
+        with _uninterrupted(), connect(server_dsn) as conn:
+            if conn.execute(SQL["bench_schema_exists"]).fetchone()[0]:
+                conn.execute(SQL["bench_drop_schema"])
+
+
+def _may_not_create(server_dsn: str, connect) -> BadInput:
+    """The refusal where a jobsup schema exists and the role may not create a scratch database."""
+    where = dsns.redact(server_dsn)
+    with connect(server_dsn) as conn:
+        jobs = _jobs_held(conn)
+    holds = f"holds {jobs} job{'s' if jobs != 1 else ''}" if jobs else "exists"
+    return BadInput(
+        f"the jobsup schema of {where} {holds} and this role may not create a scratch database "
+        "(it needs CREATEDB): jobsup bench will not run in it; run it as a role that may (it makes one "
+        "itself, or use --database NAME), or point --dsn at a database without a jobsup schema (nothing touched)"
+    )
 
 
 def _jobs_held(conn: psycopg.Connection) -> int:
+    """The jobs of an existing schema, or 0 where they cannot be counted (no table, no privilege):
+    only the refusal's wording depends on it."""
     try:
         return one_row(conn.execute(SQL["bench_jobs_held"]).fetchone(), "bench_jobs_held")[0]
-    except psycopg.errors.UndefinedTable:
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InsufficientPrivilege):
         return 0
 
 
@@ -158,7 +232,8 @@ def run(args: argparse.Namespace) -> int:
         transient=True,
         disable=not sys.stderr.isatty(),
     )
-    with place(server, args.database, connect) as (dsn, made), progress:
+    with place(server, args.database, connect) as where, progress:
+        dsn = where.dsn
         task = progress.add_task("preparing", total=len(STEPS) * args.runs)
         for number in range(1, args.runs + 1):
             seen: list[str] = []
@@ -173,8 +248,8 @@ def run(args: argparse.Namespace) -> int:
             start_args: tuple[str, ...] = ("--pooler", mode)
             if args.listen_dsn:
                 listen = args.listen_dsn
-                if args.database:
-                    listen = conninfo.make_conninfo(listen, dbname=args.database)
+                if where.database:
+                    listen = conninfo.make_conninfo(listen, dbname=where.database)
                 start_args += ("--listen-dsn", listen)
             runs.append(
                 benchmark.one_run(
@@ -208,5 +283,5 @@ def run(args: argparse.Namespace) -> int:
     )
     for key, label, fmt in ROWS:
         print(f"  {label:<42} {fmt.format(medians[key]):>16}")
-    print(f"created {made} for the bench and dropped it again ({took:.0f}s)")
+    print(f"created {where.made} for the bench and dropped it again ({took:.0f}s)")
     return EXIT_OK

@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobsup.cli.options import connect, duration, integer, iso_time, positive_int
 from jobsup.durations import parse_duration
 from jobsup.errors import EXIT_OK, BadInput
-from jobsup.job import EncodedPayload, JobSpec
+from jobsup.job import EncodedPayload, JobSpec, make_spec
+
+if TYPE_CHECKING:
+    from jobsup.app import App
 
 HELP = "enqueue a job, or many from a JSON-lines file"
 
@@ -27,16 +31,33 @@ def configure(p: argparse.ArgumentParser) -> None:
         "(one JSON object per line: kind, payload, queue, priority, delay, "
         "run_at, max_attempts, unique_key) in one transaction. With --file, "
         "--queue, --priority, --delay, --run-at and --max-attempts are the "
-        "defaults of the lines that do not set that field."
+        "defaults of the lines that do not set that field. The payload is a JSON "
+        "object. With --app, what the flags and lines leave out takes the "
+        "defaults of the kind's handler, and a kind the app has no handler for "
+        "is refused."
     )
     p.add_argument("kind", nargs="?", metavar="KIND")
     p.add_argument("payload", nargs="?", metavar="JSON")
     p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
-    p.add_argument("--queue", default="default", help="queue name (default: default)")
-    p.add_argument("--priority", type=integer, default=0, help="higher runs first (default 0)")
+    p.add_argument(
+        "--app",
+        metavar="MODULE:ATTRIBUTE",
+        help="the jobsup App of these kinds, e.g. examples.lab:app: its handlers' max_attempts, "
+        "queue and priority are the defaults, and a kind it has no handler for is refused",
+    )
+    # None is "not given", so that with --app the handler's default applies; without it, JobSpec's
+    # defaults (the ones the help names) do.
+    p.add_argument("--queue", help="queue name (default: default); with --app, the handler's if it sets one")
+    p.add_argument(
+        "--priority", type=integer, help="higher runs first (default 0); with --app, the handler's if it sets one"
+    )
     p.add_argument("--delay", type=duration, default=0.0, help="run after this long: 0.4, 400ms, 30s, 5m")
     p.add_argument("--run-at", type=iso_time, help="run at this ISO time")
-    p.add_argument("--max-attempts", type=positive_int, default=3, help="attempts before dead (default 3)")
+    p.add_argument(
+        "--max-attempts",
+        type=positive_int,
+        help="attempts before dead (default 3); with --app, the handler's if it sets one",
+    )
     p.add_argument("--unique-key", help="skip if a queued or running job has this key (not with --file)")
     p.add_argument(
         "--json",
@@ -50,9 +71,28 @@ def configure(p: argparse.ArgumentParser) -> None:
 _FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key"}
 # The flags of `enqueue` that are defaults for the lines of --file that do not set the field.
 _FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts")
+# How to enqueue a kind the --app has no handler for, as its refusal says.
+_ELSEWHERE = "jobsup enqueue without --app"
 
 
-def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = None) -> JobSpec:
+def _flags(args: argparse.Namespace) -> dict[str, Any]:
+    """The options the flags set: an unset one is left to the handler (with --app), else to JobSpec."""
+    return {name: getattr(args, name) for name in _FILE_DEFAULTS if getattr(args, name) is not None}
+
+
+def _load_app(target: str | None) -> App | None:
+    if not target:
+        return None
+    from jobsup.app import load_app
+
+    # `module:attribute` names a module of the current directory, as for jobsup start (whose workers
+    # add it) and python -m; the `jobsup` script alone would not find it.
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    return load_app(target)
+
+
+def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = None, app: App | None = None) -> JobSpec:
     try:
         obj = json.loads(line)
     except json.JSONDecodeError as exc:
@@ -78,14 +118,18 @@ def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = No
             if not isinstance(fields["run_at"], str):
                 raise BadInput(f"run_at must be an ISO time string, not {fields['run_at']!r}")
             fields["run_at"] = iso_time(fields["run_at"])
-        spec = JobSpec(**{**(defaults or {}), **fields})
+        kind = fields["kind"]
+        handler = app.defaults(kind) if app is not None and isinstance(kind, str) else {}
+        spec = JobSpec(**{**handler, **(defaults or {}), **fields})  # the line, then a flag, then the handler
         spec.validate()
+        if app is not None:
+            app.refuse_unknown_kind(spec.kind, _ELSEWHERE)
         return replace(spec, payload=EncodedPayload(spec.encoded_payload()))
     except (BadInput, argparse.ArgumentTypeError) as exc:
         raise BadInput(f"line {number}: {exc}") from None
 
 
-def _read_specs(path: str, defaults: dict[str, Any] | None = None) -> list[JobSpec]:
+def _read_specs(path: str, defaults: dict[str, Any] | None = None, app: App | None = None) -> list[JobSpec]:
     try:
         # Bytes, decoded line by line: a line that is not UTF-8 is named like any other bad line
         # (standard input's text layer would pass it on as surrogates, for the server to refuse).
@@ -103,7 +147,7 @@ def _read_specs(path: str, defaults: dict[str, Any] | None = None) -> list[JobSp
                         f"line {number}: not UTF-8 text (byte 0x{raw[exc.start]:02x} at column {exc.start + 1})"
                     ) from None
                 if line.strip():
-                    specs.append(_spec_from_line(number, line, defaults))
+                    specs.append(_spec_from_line(number, line, defaults, app))
         except OSError as exc:  # a directory, or a read error
             raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     return specs
@@ -120,8 +164,8 @@ def _enqueue_file(args: argparse.Namespace) -> int:
 
     if args.unique_key is not None:
         raise BadInput('--unique-key names one job; with --file, give each line its own "unique_key"')
-    defaults = {name: getattr(args, name) for name in _FILE_DEFAULTS}
-    specs = _read_specs(args.file, defaults)  # all of it is checked before anything is written
+    app = _load_app(args.app)
+    specs = _read_specs(args.file, _flags(args), app)  # all of it is checked before anything is written
     started = time.perf_counter()
     inserted = 0
     with connect(args) as conn, Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
@@ -156,17 +200,11 @@ def run(args: argparse.Namespace) -> int:
             raise BadInput(f"payload is not JSON: {exc.msg} (column {exc.colno})") from None
     from jobsup.client import enqueue
 
-    spec = JobSpec(
-        args.kind,
-        payload,
-        queue=args.queue,
-        priority=args.priority,
-        delay=args.delay,
-        run_at=args.run_at,
-        max_attempts=args.max_attempts,
-        unique_key=args.unique_key,
-    )
-    spec.validate()
+    app = _load_app(args.app)
+    options = {**_flags(args), "unique_key": args.unique_key}
+    spec = make_spec(args.kind, payload, options, app.defaults(args.kind) if app is not None else None)
+    if app is not None:
+        app.refuse_unknown_kind(spec.kind, _ELSEWHERE)
     spec.encoded_payload()
     with connect(args) as conn:
         job_id = enqueue(conn, spec)
