@@ -7,7 +7,8 @@ import re
 from jobsup.errors import BadInput
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PATTERN = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
+# The sign is read too, so that "-5" is told it must be 0 or more rather than that it is no duration.
+_PATTERN = re.compile(r"^\s*(-?)\s*(\d+(?:\.\d*)?|\.\d+)\s*(ms|s|m|h|d)?\s*$")
 
 
 def parse_duration(text: str | float | int) -> float:
@@ -15,15 +16,22 @@ def parse_duration(text: str | float | int) -> float:
 
     >>> [parse_duration(t) for t in ("400ms", "0.4", "5m", "7d", 2)]
     [0.4, 0.4, 300.0, 604800.0, 2.0]
+    >>> parse_duration("-5m")
+    Traceback (most recent call last):
+    jobsup.errors.BadInput: a duration must be 0 or more, not '-5m'
     """
     if isinstance(text, (int, float)):
         if text < 0:
-            raise BadInput(f"a duration cannot be negative: {text}")
+            raise BadInput(f"a duration must be 0 or more, not {text}")
         return float(text)
     match = _PATTERN.match(text)
     if not match:
         raise BadInput(f"not a duration: {text!r} (use seconds like 0.4, or 400ms, 30s, 5m, 1h, 7d)")
-    return float(match.group(1)) * _UNITS[match.group(2) or "s"]
+    sign, number, unit = match.groups()
+    seconds = float(number) * _UNITS[unit or "s"]
+    if sign and seconds:
+        raise BadInput(f"a duration must be 0 or more, not {text.strip()!r}")
+    return seconds
 
 
 def format_duration(seconds: float) -> str:

@@ -5,9 +5,12 @@ from __future__ import annotations
 # Exit codes of every jobsup command; the README's table is this one.
 EXIT_OK = 0
 EXIT_FAILURE = 1  # the database could not be reached, the schema is missing, a run failed
-EXIT_USAGE = 2  # bad flags, bad JSON, bad input of any kind: nothing was changed
+EXIT_USAGE = 2  # bad flags, bad JSON, a DSN that does not parse, bad input of any kind: nothing was changed
 EXIT_WORKERS_FAILED = 3  # `jobsup start`: no worker process could be started (e.g. --app does not import)
 EXIT_INTERRUPTED = 130  # stopped at once by a second Ctrl-C
+# Standard output was closed early (`jobsup stats | head -c 1`): the status a shell reports for a tool
+# killed by SIGPIPE, 128 + 13. Python ignores SIGPIPE, so the closed pipe is a BrokenPipeError instead.
+EXIT_BROKEN_PIPE = 141
 
 
 def first_line(exc: BaseException) -> str:
@@ -38,7 +41,12 @@ class PayloadTooLarge(BadInput):
 
 
 class DatabaseUnavailable(JobsupError):
-    """The server could not be reached, or the DSN is not one."""
+    """The server could not be reached."""
+
+
+class InvalidDSN(BadInput, DatabaseUnavailable):
+    """A DSN that libpq cannot parse: bad input (exit 2, nothing was tried), and still one of the
+    DatabaseUnavailable that callers catching "no database" have always been given for it."""
 
 
 class SchemaMissing(JobsupError):

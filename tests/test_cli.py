@@ -72,7 +72,7 @@ def test_enqueue_with_each_option(dsn, conn):
             dsn,
             "enqueue",
             "report",
-            "[1, 2]",
+            '{"ids": [1, 2]}',
             "--queue",
             "slow",
             "--priority",
@@ -85,7 +85,7 @@ def test_enqueue_with_each_option(dsn, conn):
     )
     row = rows(conn, "job", id=job_id)[0]
     assert (row["payload"], row["queue"], row["priority"], row["max_attempts"], row["unique_key"]) == (
-        [1, 2],
+        {"ids": [1, 2]},
         "slow",
         -3,
         7,
@@ -106,10 +106,7 @@ def test_enqueue_with_each_option(dsn, conn):
         conn, "job", id=enqueued_id(ok(dsn, "enqueue", "at", "--run-at", "2030-01-02T03:04:05Z", "--delay", "1s"))
     )[0]
     assert row["run_at"] == datetime(2030, 1, 2, 3, 4, 6, tzinfo=UTC)
-    # a time without a zone is the terminal's local time
-    row = rows(conn, "job", id=enqueued_id(ok(dsn, "enqueue", "at", "--run-at", "2030-01-02T03:04:05", TZ="JST-9")))[0]
-    assert row["run_at"] == datetime(2030, 1, 2, 3, 4, 5, tzinfo=timezone(timedelta(hours=9)))
-    assert len(jobs(conn)) == 8
+    assert len(jobs(conn)) == 7
 
 
 def test_enqueue_refuses_bad_input(dsn, conn):
@@ -129,7 +126,7 @@ def test_enqueue_refuses_bad_input(dsn, conn):
                 (["email", "--priority", "-2147483649"], "must be from -2147483648 to 2147483647"),
                 (["email", "--max-attempts", "99999999999"], ("--max-attempts", "must be from 1 to 2147483647")),
                 (["email", "--delay", "soon"], "not a duration"),
-                (["email", "--delay", "-5"], "not a duration"),
+                (["email", "--delay", "-5"], "must be 0 or more"),
                 (["email", "--max-attempts", "0"], "must be at least 1"),
                 (["email", "--max-attempts", "two"], "not a whole number"),
                 (["email", "--run-at", "tomorrow"], "not an ISO time"),
@@ -146,7 +143,7 @@ def test_enqueue_refuses_a_payload_over_the_limit(dsn, conn, tmp_path):
     line = refused(dsn, "enqueue", "big", json.dumps({"data": "x" * 200}), JOBSUP_MAX_PAYLOAD="100")
     assert "over the limit of 100" in line and "JOBSUP_MAX_PAYLOAD" in line
     path = tmp_path / "jobs.jsonl"
-    path.write_text('{"kind": "small"}\n' + json.dumps({"kind": "big", "payload": "x" * 200}) + "\n")
+    path.write_text('{"kind": "small"}\n' + json.dumps({"kind": "big", "payload": {"data": "x" * 200}}) + "\n")
     line = refused(dsn, "enqueue", "--file", str(path), JOBSUP_MAX_PAYLOAD="100")
     assert line.startswith("jobsup: error: line 2:") and "over the limit of 100" in line
     assert jobs(conn) == []
@@ -200,7 +197,7 @@ def test_enqueue_file_in_one_transaction(dsn, conn, tmp_path):
 def test_enqueue_file_from_stdin(dsn, conn):
     lines = [
         '{"kind": "a"}',
-        '{"kind": "b", "payload": [1]}',
+        '{"kind": "b", "payload": {"n": [1]}}',
         # null means "not given", like a field left out
         '{"kind": "c", "payload": null, "queue": null, "delay": null, "run_at": null, "priority": null,'
         ' "max_attempts": null, "unique_key": null}',
@@ -208,7 +205,7 @@ def test_enqueue_file_from_stdin(dsn, conn):
     out = ok(dsn, "enqueue", "--file", "-", input="\n".join(lines) + "\n")
     assert out.startswith("enqueued 3 jobs")
     got = jobs(conn)
-    assert [(r["kind"], r["payload"]) for r in got] == [("a", {}), ("b", [1]), ("c", {})]
+    assert [(r["kind"], r["payload"]) for r in got] == [("a", {}), ("b", {"n": [1]}), ("c", {})]
     assert (got[2]["queue"], got[2]["priority"], got[2]["max_attempts"], got[2]["unique_key"]) == (
         "default",
         0,
@@ -227,7 +224,7 @@ def test_enqueue_file_names_the_bad_line(dsn, conn, tmp_path):
             ('{"payload": {}}', 'needs a "kind"'),
             ('{"kind": "x", "colour": "red"}', "unknown field(s) colour"),
             ('{"kind": "x", "delay": "soon"}', "not a duration"),
-            ('{"kind": "x", "delay": -1}', "negative"),
+            ('{"kind": "x", "delay": -1}', "must be 0 or more"),
             ('{"kind": "x", "run_at": "someday"}', "not an ISO time"),
             ('{"kind": "x", "priority": "high"}', "priority"),
             ('{"kind": "x", "max_attempts": 0}', "max_attempts"),
@@ -242,7 +239,7 @@ def test_enqueue_file_names_the_bad_line(dsn, conn, tmp_path):
             ('{"kind": "x", "delay": [1]}', "delay must be"),
             ('{"kind": "x", "delay": true}', "delay must be"),
             ('{"kind": "x", "run_at": 1234567890}', "run_at must be an ISO time"),
-            ('{"kind": "x", "payload": "\\u0000"}', "NUL"),
+            ('{"kind": "x", "payload": {"s": "\\u0000"}}', "NUL"),
         ]
     ):
         path = tmp_path / f"jobs{n}.jsonl"
@@ -368,7 +365,7 @@ def test_start_names_a_dsn_that_does_not_parse_without_its_password():
     result = jobsup(
         "start", "--app", "examples.misbehave:app", "--procs", "1", "--dsn", "postgresql//u:secretpw@127.0.0.1:1/x"
     )
-    assert result.returncode == 1, result.stderr
+    assert result.returncode == 2, result.stderr  # bad input: nothing was tried
     assert "not a valid DSN: 'postgresql//u:***@127.0.0.1:1/x'" in result.stderr, result.stderr
     assert "secretpw" not in result.stderr + result.stdout and "Traceback" not in result.stderr
     assert "worker.spawned" not in result.stderr + result.stdout  # refused before any worker starts

@@ -117,7 +117,7 @@ def test_unusable_dsn_gives_one_line_and_no_password():
     for bad, says, args, proc in procs:
         out, err = proc.communicate(timeout=180)  # many at once, on a loaded machine
         where = (bad, args, out, err)
-        assert proc.returncode == 1, where
+        assert proc.returncode == (2 if says.startswith("not a valid DSN") else 1), where  # bad input, or no server
         assert SECRET not in out + err, where
         assert "Traceback" not in err, where
         lines = err.strip().splitlines()

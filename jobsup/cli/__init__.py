@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from collections.abc import Sequence
 
@@ -18,7 +20,7 @@ import psycopg
 
 from jobsup.cli import options
 from jobsup.db import dsn as dsns
-from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, JobsupError, first_line
+from jobsup.errors import EXIT_BROKEN_PIPE, EXIT_FAILURE, EXIT_INTERRUPTED, JobsupError, first_line
 
 # In the order `jobsup --help` lists them.
 COMMANDS = (
@@ -58,7 +60,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _is_devnull(stream: object) -> bool:
+    try:
+        fd = stream.fileno()  # type: ignore[attr-defined]
+        here, null = os.fstat(fd), os.stat(os.devnull)
+    except (AttributeError, OSError, ValueError):
+        return False
+    return (here.st_dev, here.st_ino) == (null.st_dev, null.st_ino)
+
+
+def _reader_gone(stream: object) -> bool:
+    """Whether the pipe or socket `stream` writes to has lost its reader: poll reports an error or a
+    hang-up on the writing end. True where that cannot be asked (no poll on Windows)."""
+    try:
+        poller = select.poll()
+        poller.register(stream.fileno(), select.POLLOUT)  # type: ignore[attr-defined]
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (AttributeError, OSError, ValueError):
+        return True
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    # The standard output of every command, its --help included, goes through here once: a closed pipe
+    # is handled in one place, not by each print.
+    stdout_was_devnull = _is_devnull(sys.stdout)
+    try:
+        try:
+            return _main(argv)
+        finally:
+            # Flushed here, where a broken pipe can still be caught: the interpreter's own flush at
+            # exit would print "Exception ignored ... BrokenPipeError" and exit 120.
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        if not _reader_gone(sys.stdout):
+            raise  # another pipe broke (a worker's, a socket's): a fault to show, not a reader that left
+        # Python's recipe (library/signal, "Note on SIGPIPE"): what is still buffered goes to
+        # os.devnull, so the final flush at exit does not fail again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
+    except SystemExit as exc:
+        # rich's Console (stats, cron) handles a broken pipe itself: it points stdout at os.devnull and
+        # raises SystemExit(1). That is the same closed pipe, with the same status as any other.
+        if exc.code == 1 and not stdout_was_devnull and _is_devnull(sys.stdout):
+            return EXIT_BROKEN_PIPE
+        raise
+
+
+def _main(argv: Sequence[str] | None) -> int:
     # What main needs is imported with this module, which jobsup.__main__ imports inside its own
     # KeyboardInterrupt handler: a Ctrl-C while psycopg loads exits 130 quietly too.
     args = build_parser().parse_args(argv)

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from datetime import datetime
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from jobsup.db import embedded
 from jobsup.durations import parse_duration
 from jobsup.errors import EXIT_USAGE, BadInput
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 # PostgreSQL's integer: the columns priority and max_attempts, and every count a flag gives.
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -21,6 +25,11 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        # argparse's own print_help swallows a write error: `jobsup start --help | head -c 1` would
+        # exit 0 where every other output closed early exits 141 (jobsup.cli.main handles it).
+        (file or sys.stdout).write(self.format_help())
 
 
 def duration(text: str) -> float:
@@ -71,12 +80,26 @@ def integer(text: str) -> int:
 
 
 def iso_time(text: str) -> datetime:
+    """An ISO 8601 time with its zone (`--run-at`, and `run_at` in the lines of `enqueue --file`).
+
+    A time without a zone is refused, as the Python API refuses a naive datetime: read as the local
+    time of whichever terminal or host ran the command, the same line would mean another moment on
+    another machine.
+
+    >>> iso_time("2030-01-01T00:00Z").isoformat()
+    '2030-01-01T00:00:00+00:00'
+    >>> iso_time("2030-01-01T00:00")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: '2030-01-01T00:00' has no time zone: add one, e.g. 2030-01-01T00:00+01:00, or Z for UTC
+    """
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not an ISO time: {text!r} (e.g. 2026-12-01T09:30:00+00:00)") from None
     if moment.tzinfo is None:
-        moment = moment.astimezone()  # a time without zone is the local time of the terminal
+        # The example is the user's own time with a zone added (to the minute when it has no seconds).
+        example = moment.isoformat(timespec="minutes" if (moment.second, moment.microsecond) == (0, 0) else "auto")
+        raise argparse.ArgumentTypeError(f"{text!r} has no time zone: add one, e.g. {example}+01:00, or Z for UTC")
     return moment
 
 

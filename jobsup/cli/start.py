@@ -8,7 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from jobsup.durations import format_duration
-from jobsup.supervisor.config import DEFAULTS, Config
+from jobsup.supervisor.config import DEFAULTS, LEASE_MIN, Config
 
 # Every flag of `jobsup start`: (flag, kind, what it does, choices). Each also comes from the variable
 # JOBSUP_<NAME>, and its help names that variable and the default, so the two cannot drift apart.
@@ -32,7 +32,12 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
         "once; with many short jobs it grows to what the workers finish in 50 ms",
         None,
     ),
-    ("--lease", "duration", "lease of a held job, renewed every third of it", None),
+    (
+        "--lease",
+        "duration",
+        f"lease of a held job, renewed every third of it; at least {format_duration(LEASE_MIN)}",
+        None,
+    ),
     ("--timeout", "duration", "a job's time limit when its handler sets none; its worker is then terminated", None),
     ("--shutdown-timeout", "duration", "on SIGTERM, SIGHUP or Ctrl-C, how long running jobs may finish", None),
     ("--reap-interval", "duration", "how often the reaper looks for expired leases", None),

@@ -12,7 +12,7 @@ import psycopg
 from psycopg import conninfo
 
 from jobsup.db import embedded
-from jobsup.errors import BadInput, DatabaseUnavailable, first_line
+from jobsup.errors import BadInput, DatabaseUnavailable, InvalidDSN, first_line
 
 # libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded. The
 # scheme's colon is not required: a DSN with a typo there ("postgresql//u:pw@h") still hides it.
@@ -57,11 +57,16 @@ def resolve(dsn: str | None = None, data_dir: str | None = None) -> str:
 
 
 def check(dsn: str) -> None:
-    """Refuse a string that libpq cannot parse, without echoing it (its error may quote a password)."""
+    """Refuse a string that libpq cannot parse, without echoing it (its error may quote a password).
+
+    >>> check("hello world")
+    Traceback (most recent call last):
+    jobsup.errors.InvalidDSN: not a valid DSN: 'hello world' (expected postgresql://user@host/db or 'host=… dbname=…')
+    """
     try:
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
-        raise DatabaseUnavailable(
+        raise InvalidDSN(
             f"not a valid DSN: {redact(dsn)!r} (expected postgresql://user@host/db or 'host=… dbname=…')"
         ) from None
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
+from pathlib import Path
 
 import psycopg
 
@@ -69,12 +70,34 @@ def schema_version(conn: psycopg.Connection) -> int:
     return one_row(conn.execute(SQL["schema_version"]).fetchone(), "schema_version")[0]
 
 
+def describe_server(conn: psycopg.Connection) -> str:
+    """Which database `conn` is on, as an error names it: the database and its server (the embedded
+    server by its data directory, whose Unix socket is the directory itself), never the password."""
+    info = conn.info
+    host = info.host or "localhost"
+    if host.startswith("/") and (Path(host) / "PG_VERSION").is_file():
+        return f"database {info.dbname!r} of the embedded PostgreSQL in {host}"
+    if host.startswith("/"):
+        return f"database {info.dbname!r} on the Unix socket in {host} (port {info.port}), user {info.user!r}"
+    return f"database {info.dbname!r} on {host}:{info.port}, user {info.user!r}"
+
+
+# A command that reaches a database without the schema has most often reached the wrong one: a
+# forgotten JOBSUP_DATA_DIR starts a second, empty embedded server rather than failing.
+_WHICH_SERVER = "--data-dir or JOBSUP_DATA_DIR for an embedded server, --dsn or JOBSUP_DSN for your own"
+
+
 def require_schema(conn: psycopg.Connection) -> None:
-    """SchemaMissing, telling the user to run `jobsup migrate`, unless the schema is current."""
+    """SchemaMissing, telling the user which database it looked in, to run `jobsup migrate` there, or
+    to name the server that has the schema, unless the schema is current."""
     version = schema_version(conn)
     if version == 0:
-        raise SchemaMissing("the jobsup schema is not in this database: run `jobsup migrate` first")
+        raise SchemaMissing(
+            f"the jobsup schema is not in this database ({describe_server(conn)}): run `jobsup migrate` "
+            f"first, or name the server that has it ({_WHICH_SERVER})"
+        )
     if version < LATEST:
         raise SchemaMissing(
-            f"the jobsup schema is at version {version}, this jobsup needs {LATEST}: run `jobsup migrate`"
+            f"the jobsup schema of {describe_server(conn)} is at version {version}, this jobsup needs "
+            f"{LATEST}: run `jobsup migrate`"
         )

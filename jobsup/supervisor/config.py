@@ -6,9 +6,17 @@ import argparse
 import os
 from dataclasses import dataclass
 
-from jobsup.db.dsn import pooler
+from jobsup.db.dsn import check, pooler
+from jobsup.durations import format_duration
 from jobsup.errors import BadInput
 from jobsup.ops.prune import KEEP_DEAD, KEEP_DONE
+
+# The shortest --lease: it is renewed every third of it, and each renewal must reach the database
+# within that third, so the floor is a renewal every 100 ms. Below it, ordinary latency (a loaded
+# server, a garbage collection, a busy loop) outlasts the lease between two renewals and the reaper
+# takes back jobs their live supervisor holds (docs/design/architecture.md, invariant 5); a 1 ms lease
+# lapses before its first renewal. Not tied to --heartbeat-interval: the heartbeat renews no lease.
+LEASE_MIN = 0.3
 
 
 @dataclass(frozen=True)
@@ -97,9 +105,14 @@ class Config:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
             raise BadInput("--prefetch, --max-jobs-per-proc and --max-memory cannot be negative")
-        for name in ("lease", "timeout", "reap_interval", "poll_interval", "heartbeat_interval", "prune_interval"):
+        for name in ("timeout", "reap_interval", "poll_interval", "heartbeat_interval", "prune_interval"):
             if getattr(self, name) <= 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
+        if self.lease < LEASE_MIN:  # 0 too: the floor is what the user needs to know
+            raise BadInput(
+                f"--lease must be at least {format_duration(LEASE_MIN)}, not {format_duration(self.lease)}: it is "
+                f"renewed every third of it, and a shorter lease can lapse between two renewals"
+            )
         if not 0 <= self.backoff_jitter <= 1:
             raise BadInput("--backoff-jitter is a fraction between 0 and 1")
         # argparse checks the choices of a flag, not of a JOBSUP_* variable standing in for it.
@@ -108,6 +121,11 @@ class Config:
         if self.log_level not in ("debug", "info", "warning", "error"):
             raise BadInput(f"JOBSUP_LOG_LEVEL must be debug, info, warning or error, not {self.log_level!r}")
         pooler(self.pooler)
+        if self.listen_dsn:  # refused as bad input here, before a worker starts or a connection is tried
+            try:
+                check(self.listen_dsn)
+            except BadInput as exc:
+                raise BadInput(f"--listen-dsn: {exc}") from None
         if not 0 <= self.metrics_port <= 65535:
             raise BadInput(f"--metrics-port must be a TCP port from 1 to 65535 (0: off), not {self.metrics_port}")
 
