@@ -75,13 +75,22 @@ async def select(pilot: Pilot, table_id: str, key: str) -> DataTable:
 
 
 def fake_supervisor(
-    conn: psycopg.Connection, sup_id: str, pid: int, workers: list[dict[str, Any]], heartbeat_ago: float = 0.0
+    conn: psycopg.Connection,
+    sup_id: str,
+    pid: int,
+    workers: list[dict[str, Any]],
+    heartbeat_ago: float = 0.0,
+    *,
+    queues: list[str] | None = None,
+    kinds: list[str] | None = None,
+    state: str = "running",
 ) -> None:
+    """A supervisor's heartbeat row; `kinds` None serves every kind, as the heartbeat writes it."""
     conn.execute(
         "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, started_at, heartbeat_at, "
-        "workers, jobs_done) VALUES (%s, 'box', %s, '0.1.0', '{default}', %s, now() - interval '90 s', "
-        "now() - make_interval(secs => %s), %s, 42)",
-        (sup_id, pid, len(workers), heartbeat_ago, json.dumps(workers)),
+        "workers, jobs_done, state, kinds) VALUES (%s, 'box', %s, '0.1.0', %s, %s, now() - interval '90 s', "
+        "now() - make_interval(secs => %s), %s, 42, %s, %s)",
+        (sup_id, pid, queues or ["default"], len(workers), heartbeat_ago, json.dumps(workers), state, kinds),
     )
 
 

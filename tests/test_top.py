@@ -12,6 +12,7 @@ at a deadline.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import re
 import subprocess
@@ -461,7 +462,7 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             # The latency tab's w steps through its windows, and says which in the panel's title.
             await pilot.press("5")
             await until(pilot, lambda: app.focused is not None and app.focused.id == "latency", message="latency")
-            for window in ("5m", "60m", "1m"):
+            for window in ("5m–6m", "60m–70m", "1m–2m"):
                 await pilot.press("w")
                 await until(
                     pilot,
@@ -485,7 +486,8 @@ def test_keys_and_tab_reach_every_panel_and_toasts_leave_the_filter_clear():
             await pilot.press("question_mark")
             await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
             app.screen.query_one("#help").scroll_end(animate=False)  # the list is longer than 24 lines
-            assert "Reaper tab: jobs returned from expired leases" in await screen_text(pilot)
+            assert "command palette" in await screen_text(pilot)
+            assert ("4", "Reaper tab: jobs returned from expired leases") in app.key_help()
             await pilot.press("escape")
             assert {c.title for c in app.get_system_commands(app.screen)} >= {
                 "Show the Jobs tab",
@@ -703,6 +705,7 @@ def fixed_figures(step: int) -> fig.Figures:
             for i in range(5)
         ),
         attempts=(("dead", 5, 445), ("queued", 0, 120 - step), ("queued", 2, 16), ("running", 1, 5)),
+        done_last_minute=2_580 + 7 * step,
     )
 
 
@@ -736,6 +739,9 @@ class FixedSource:
         self.step += 1
         return figures
 
+    async def schedules(self) -> list[Any]:
+        return fixed_schedules()
+
     async def close(self) -> None:
         pass
 
@@ -751,6 +757,8 @@ class FixedSource:
         ((80, 24), "reaper"),
         ((80, 24), "latency"),
         ((160, 48), "latency"),
+        ((120, 40), None),
+        ((80, 24), "schedules"),
     ],
 )
 def test_snapshot_of_the_whole_screen(size, tab):
@@ -761,7 +769,14 @@ def test_snapshot_of_the_whole_screen(size, tab):
                 await until(pilot, lambda n=n: app.refreshes >= n, message=f"refresh {n}")
                 if n < 6:
                     app.refresh_now()
-            if tab:
+            if tab == "schedules":  # a screen of its own, not a tab
+                await pilot.press("s")
+                await until(
+                    pilot,
+                    lambda: app.screen is not app.main and app.screen.panel.loads >= 1,  # type: ignore[attr-defined]
+                    message="the schedules",
+                )
+            elif tab:
                 app.action_show_tab(tab)
                 await until(
                     pilot,
@@ -775,5 +790,264 @@ def test_snapshot_of_the_whole_screen(size, tab):
             path.parent.mkdir(exist_ok=True)
             path.write_text(text)
         assert text == path.read_text(), f"the screen differs from {path} (JOBSUP_UPDATE_SNAPSHOTS=1 rewrites it)"
+
+    run(scenario)
+
+
+# --- the header's figures, the keys, the footer, the layouts ------------------------------------------
+
+
+def footer(text: str) -> str:
+    return text.splitlines()[-1]
+
+
+def test_done_per_minute_counts_the_jobs_done_in_the_last_60_seconds(conn, dsn):
+    ids = client.enqueue_many(conn, [{"kind": "email"}] * 4)
+    jobs = lifecycle.claim(conn, ["default"], 4, "sup-a", 30)
+    lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs], "sup-a")
+    conn.execute("UPDATE jobsup.jobs SET done_at = now() - interval '2 minutes' WHERE id = %s", (ids[0],))
+
+    async def scenario() -> None:
+        app = app_for(dsn, refresh=3600)
+        async with app.run_test(size=(160, 48)) as pilot:
+            # The first refresh already knows: the figure comes from the database, not from what the
+            # console saw since it opened.
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            text = await screen_text(pilot)
+            assert "done/min 3 " in text and "~" not in text.splitlines()[1]
+
+    run(scenario)
+
+
+def test_the_help_screen_lists_every_key_of_every_panel():
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            helps = app.key_help()
+            described = {text for _, text in helps}
+            for node in app.screen.walk_children():
+                for binding in getattr(node, "BINDINGS", []):
+                    if getattr(binding, "tooltip", ""):
+                        assert binding.tooltip in described, binding
+            assert ("w", "the next window of the latency table: the last 1m–2m, 5m–6m or 60m–70m") in helps
+            await pilot.press("question_mark")
+            await until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
+            app.screen.query_one("#help").scroll_end(animate=False)
+            assert "the next window of the latency table" in await screen_text(pilot)
+
+    run(scenario)
+
+
+def test_the_footer_offers_only_the_keys_that_apply():
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            for tab in ("latency", "reaper", "workers"):
+                app.action_show_tab(tab)
+                await until(pilot, lambda tab=tab: app.focused is app.query_one(f"#pane-{tab}", Pane).first_table())
+                assert "Requeue" not in footer(await screen_text(pilot)), tab
+            app.action_show_tab("dead")
+            await until(pilot, lambda: app.focused is app.query_one("#dead"), message="the Dead tab")
+            assert "r Requeue  R Requeue all…" in footer(await screen_text(pilot))
+            app.action_show_tab("jobs")
+            await until(pilot, lambda: app.focused is app.query_one("#kinds"), message="the Jobs tab")
+            line = footer(await screen_text(pilot))
+            assert "R Requeue all…" in line and not re.search(r"(^|\s)r Requeue", line)
+            await pilot.press("s")
+            await until(pilot, lambda: app.screen is not app.main, message="the schedules")
+            await pilot.pause(0.2)
+            line = footer(await screen_text(pilot))
+            assert "Requeue" not in line and "n Run now" in line
+
+    run(scenario)
+
+
+def test_a_filter_that_matches_no_dead_job_says_so(conn, dsn):
+    make_dead(conn, "email", 8, "SMTP timeout")
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: len(rows(app, "dead")) == 8, message="the dead jobs")
+            await pilot.press("slash", *"xyz", "enter")
+            await until(
+                pilot, lambda: app.figures.match == "xyz" and not rows(app, "dead"), message="the filtered figures"
+            )
+            await pilot.pause(0.1)
+            text = await screen_text(pilot)
+            assert "Dead 0 of 8" in text and "no dead job matches 'xyz'" in text
+            await pilot.press("escape")
+            await until(pilot, lambda: len(rows(app, "dead")) == 8, message="the filter to clear")
+            assert "Dead 8" in await screen_text(pilot) and " of 8" not in (await screen_text(pilot)).splitlines()[3]
+
+    run(scenario)
+
+
+def fixed_schedules() -> list[Any]:
+    from jobsup.ops.cron import ScheduleState
+
+    return [
+        ScheduleState(
+            name=name,
+            kind=kind,
+            expression=expression,
+            tz="Europe/Amsterdam",
+            queue="default",
+            priority=0,
+            max_attempts=3,
+            missed="skip",
+            paused=name == "nightly-export",
+            next_fire=NOW + timedelta(seconds=next_in),
+            last_fire=NOW - timedelta(seconds=last_ago),
+            last_job_id=8812 + i,
+            last_status="done",
+            seen_at=NOW,
+            seen_by="web-1:3077:a1",
+            state="paused" if name == "nightly-export" else "active",
+            now=NOW,
+        )
+        for i, (name, kind, expression, next_in, last_ago) in enumerate(
+            (
+                ("digest", "email", "every 5m", 130, 170),
+                ("nightly-export", "export", "0 2 * * *", 59_000, 27_400),
+                ("cleanup-thumbnails", "resize", "*/15 * * * *", 400, 500),
+            )
+        )
+    ]
+
+
+def test_layouts_fit_at_80_and_120_columns():
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            app.action_show_tab("latency")
+            await until(pilot, lambda: app.focused is app.query_one("#latency"), message="the Latency tab")
+            assert "q Quit" in footer(await screen_text(pilot))
+            await pilot.press("s")
+            await until(pilot, lambda: app.screen is not app.main and app.screen.panel.loads >= 1, message="schedules")
+            await pilot.pause(0.1)
+            text = await screen_text(pilot)
+            assert "last job" in text and "8812 done" in text and "q Quit" in footer(text)
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            await pilot.pause(0.1)
+            header = next(line for line in (await screen_text(pilot)).splitlines() if "│ kind " in line)
+            labels = header.split("│")[1].split()
+            assert labels == ["kind", "ready", "sched", "run", "done", "failed", "dead", "canc"], header
+
+    run(scenario)
+
+
+def test_ctrl_c_quits():
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            await pilot.press("ctrl+c")
+            assert app._exit, "ctrl+c did not quit"  # exit() was called: the app is closing
+            assert not any("quit" in n.message for n in app._notifications)
+
+    run(scenario)
+
+
+def test_the_console_draws_on_the_terminal_when_stderr_is_redirected(dsn, tmp_path):
+    """`jobsup top 2>file`: the screen is still drawn on the terminal, the file gets none of it."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
+
+    def own_terminal() -> None:  # the pty as the controlling terminal, as a shell's child has its own
+        os.setsid()
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+
+    errors = tmp_path / "stderr"
+    env = {**os.environ, "TERM": "xterm-256color"}
+    with errors.open("w") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "top", "--dsn", dsn],
+            stdin=slave,
+            stdout=slave,
+            stderr=err,
+            cwd=ROOT,
+            env=env,
+            preexec_fn=own_terminal,
+        )
+    os.close(slave)
+    seen = b""
+    try:
+        deadline = time.monotonic() + 30
+        while b"supervisors" not in seen and time.monotonic() < deadline:
+            import select as selectors
+
+            ready, _, _ = selectors.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    seen += os.read(master, 65536)
+                except OSError:
+                    break
+        assert b"supervisors" in seen, (seen[-500:], errors.read_text()[-500:])
+        os.write(master, b"q")
+        assert proc.wait(timeout=30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    assert "\x1b[" not in errors.read_text()
+
+
+def test_the_latency_windows_are_named_for_what_they_cover():
+    from rich.console import Console
+
+    from jobsup.cli.stats import print_latency
+    from jobsup.ops.snapshot import Snapshot
+
+    assert [latency.window_label(w) for w in latency.WINDOWS] == ["1m–2m", "5m–6m", "60m–70m"]
+    console = Console(file=io.StringIO(), width=120, record=True)
+    snap = Snapshot(NOW, [], {}, [], [], latency=latency.summarize(fixed_latency_rows(0)))
+    print_latency(snap, console)
+    text = console.export_text()
+    assert "latency and run time, last 1m–2m" in text and "last 60m–70m" in text
+
+    async def scenario() -> None:
+        app = TopApp(FixedSource(), refresh=3600, tz=UTC)  # type: ignore[arg-type]
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            assert "last 1m–2m (w)" in str(app.query_one("#latency-panel").border_title)
+
+    run(scenario)
+
+
+def test_ready_jobs_no_live_supervisor_can_run_are_named(conn, dsn):
+    client.enqueue_many(conn, [{"kind": "a", "queue": "mix"}, *[{"kind": "c", "queue": "mix"}] * 5])
+    client.enqueue(conn, "c", {}, queue="other")  # no supervisor serves queue other at all
+    conn.execute("UPDATE jobsup.jobs SET run_at = now() - interval '75 seconds' WHERE kind = 'c' AND queue = 'mix'")
+    fake_supervisor(conn, "sup-a", 4242, [], queues=["mix"], kinds=["a", "b"])
+    # A supervisor that would serve kind c is stopping, another one's heartbeat is old: neither serves.
+    fake_supervisor(conn, "sup-b", 4243, [], queues=["mix"], kinds=["c"], state="stopping")
+    fake_supervisor(conn, "sup-c", 4244, [], queues=["mix"], kinds=None, heartbeat_ago=60)
+
+    async def scenario() -> None:
+        app = app_for(dsn, stale_after=30)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            await pilot.pause(0.1)
+            text = await screen_text(pilot)
+            assert re.search(r"unserved: kind c in queue mix, 5 ready, oldest 1m1\ds", text), text
+            assert "kind c in queue other, 1 ready" in text and "kind a in" not in text
+            assert rows(app, "kinds")["c"][0] == "c ✖"
+            assert rows(app, "kinds")["a"][0] == "a"
+            # One that serves kind c turns up: the note goes.
+            fake_supervisor(conn, "sup-d", 4245, [], queues=["mix", "other"], kinds=["c"])
+            await until(pilot, lambda: not app.figures.unserved(app.stale_after), message="the note to go")
+            assert "unserved" not in await screen_text(pilot)
 
     run(scenario)

@@ -13,7 +13,7 @@ from jobsup.cli.options import connect, positive_int
 from jobsup.durations import format_age
 from jobsup.durations import format_seconds as ms
 from jobsup.errors import EXIT_OK
-from jobsup.ops.latency import WINDOWS
+from jobsup.ops.latency import WINDOWS, window_label
 from jobsup.ops.snapshot import Snapshot, snapshot
 
 HELP = (
@@ -89,7 +89,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
 
 def print_latency(snap: Snapshot, console: Console) -> None:
     for window in WINDOWS:
-        table = Table(title=f"latency and run time, last {window}m", title_justify="left")
+        table = Table(title=f"latency and run time, last {window_label(window)}", title_justify="left")
         table.add_column("kind")
         table.add_column("jobs", justify="right")
         for name in ("latency p50", "p95", "p99", "run time p50", "p95", "p99"):

@@ -15,6 +15,7 @@ from textual import events, on
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
@@ -27,6 +28,7 @@ from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, grou
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import Source
 from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
+from jobsup.monitor.terminal import terminal_driver
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -61,6 +63,8 @@ KEYS: list[Binding] = [
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
     Binding("q", "quit", "Quit", tooltip="quit"),
+    # As htop: Ctrl+C quits, from any screen and even from the filter (Textual's own says "press ctrl+q").
+    Binding("ctrl+c", "quit", show=False, priority=True, tooltip="quit, as q"),
     # In --read-only mode r, R, c, P and U fall through to this one, which says why nothing happens.
     Binding("r,R,c,P,U", "refuse", show=False),
     # The tab bar shows these keys, so the footer does not repeat them.
@@ -84,8 +88,14 @@ OTHER_KEYS = [
     ("Ctrl+P", "command palette"),
 ]
 WRITES = {"requeue", "requeue_scope", "cancel_job", "queue"}
-# The table each control key acts on: elsewhere the key is hidden from the footer and does nothing.
-CONTROL_TABLES = {"cancel_job": "workers", "queue": "queues"}
+# The tables each key that changes data acts on: elsewhere (another table, the schedules screen) the key
+# is hidden from the footer and does nothing, so the footer offers only what the selection can take.
+ACTION_TABLES = {
+    "requeue": {"dead"},
+    "requeue_scope": {"dead", "groups", "kinds"},  # a job's kind, a group, a kind or (total row) all
+    "cancel_job": {"workers"},
+    "queue": {"queues"},
+}
 
 
 class FiguresReady(Message):
@@ -150,6 +160,10 @@ class TopApp(App[None]):
         self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
+
+    def get_driver_class(self) -> type[Driver]:
+        # On the terminal, not on stderr: `jobsup top 2>file` still shows the console (terminal.py).
+        return terminal_driver(super().get_driver_class())
 
     # --- layout --------------------------------------------------------------------------------
 
@@ -348,6 +362,7 @@ class TopApp(App[None]):
             panel.update(self.figures, view)
         self.main.query_one(ThroughputPanel).show_rates(self.throughput)
         self._render_tabs()
+        self.refresh_bindings()  # the footer's keys follow the rows too (check_action)
 
     def _clock(self) -> str:
         return f"{self.figures.now.astimezone(self.tz):%H:%M:%S}" if self.figures else "-"
@@ -381,8 +396,6 @@ class TopApp(App[None]):
         live = figures.live_supervisors(self.stale_after)
         workers = [w for s in live for w in s.workers]
         busy = sum(1 for w in workers if w.state == "busy")
-        minute = self.throughput.last_minute("done")
-        done_minute = "-" if minute is None else ("" if minute[1] else "~") + fig.count(minute[0])
         oldest = figures.oldest_ready
         stale = fig.stale_note(figures.supervisors, self.stale_after)
         items = [
@@ -391,7 +404,7 @@ class TopApp(App[None]):
             ("running", fig.count(total.running), ""),
             ("dead", fig.count(total.dead), view.error if total.dead else ""),
             ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-            ("done/min", done_minute, ""),
+            ("done/min", fig.count(figures.done_last_minute), ""),
             ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
             ("workers", f"{busy}/{len(workers)} busy", ""),
         ]
@@ -402,27 +415,30 @@ class TopApp(App[None]):
         )
 
     def _health(self, figures: Figures, view: View) -> Text | None:
-        """One line of warning under the header when something needs the operator, such as
-        "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health)."""
-        return Text(f"⚠ {figures.health}", style=view.warning) if figures.health else None
+        """Lines of warning under the header when something needs the operator, such as
+        "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health), or ready jobs that no
+        live supervisor can run ("unserved: kind c in queue mix, 5 ready, oldest 1m15s")."""
+        lines = [figures.health, fig.unserved_note(figures.unserved(self.stale_after))]
+        shown = [f"⚠ {line}" for line in lines if line]
+        return Text("\n".join(shown), style=view.warning) if shown else None
 
     # --- actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in WRITES:
-            if self.read_only:
+            if self.read_only or self.screen is not self.main:
                 return False
             focused = self._focused_table()
-            here = focused.id if focused is not None else None
-            if action in CONTROL_TABLES:
-                return here == CONTROL_TABLES[action]
-            # Requeueing has nothing to take in the tables of the control keys: off there, which leaves
-            # the footer room for those keys at 80 columns.
-            return here not in CONTROL_TABLES.values()
+            if focused is None or focused.id not in ACTION_TABLES[action]:
+                return False
+            # r takes the selected job: an empty dead jobs table (a filter that matches none) has none.
+            return action != "requeue" or selected_key(focused) is not None
         if action == "refuse":
             return self.read_only
         if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
             return self.screen is self.main and not isinstance(self.focused, Input)
+        if action == "pause":  # the refresh of the main screen's figures: not offered over another screen
+            return self.screen is self.main
         return True
 
     def action_refuse(self) -> None:
@@ -605,11 +621,26 @@ class TopApp(App[None]):
         self.push_screen(HelpScreen(self.key_help()))
 
     def key_help(self) -> list[tuple[str, str]]:
-        keys = [
-            (self.get_key_display(b), b.tooltip)
-            for b in KEYS
-            if b.tooltip and not (self.read_only and b.action.partition("(")[0] in WRITES)
-        ]
+        """Every key, from the bindings themselves: the app's, each panel's (found by walking the main
+        screen, so a panel's new key is listed with no more code) and the schedules screen's."""
+        from jobsup.monitor.schedules import KEYS as SCHEDULE_KEYS
+
+        keys: list[tuple[str, str]] = []
+
+        def add(bindings: Iterable[object], prefix: str = "") -> None:
+            for b in bindings:
+                if not isinstance(b, Binding) or not b.tooltip:
+                    continue
+                if self.read_only and b.action.partition("(")[0] in (*WRITES, "schedule"):
+                    continue
+                item = (self.get_key_display(b), prefix + b.tooltip)
+                if item not in keys:
+                    keys.append(item)
+
+        add(KEYS)
+        for node in self.main.walk_children():
+            add(type(node).BINDINGS)
+        add(SCHEDULE_KEYS, "schedules (s): ")
         return keys + OTHER_KEYS
 
     @on(DataTable.RowSelected)

@@ -20,6 +20,7 @@ from jobsup.ops.latency import KindLatency, summarize
 from jobsup.ops.snapshot import COUNT_COLUMNS as COUNT_COLUMNS
 from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, counts_by_kind
 from jobsup.ops.snapshot import column_sums as column_sums
+from jobsup.ops.unserved import Unserved
 
 age = format_age  # the console's name for it: the panels show ages as fig.age(seconds)
 
@@ -49,6 +50,16 @@ class QueueRow:
     oldest: float | None = None  # age in seconds of the oldest ready job
     kinds: tuple[str, ...] = ()
     paused: bool = False  # `jobsup pause`: no supervisor claims from it
+
+
+@dataclass(frozen=True)
+class Ready:
+    """The ready jobs of one kind in one queue (a row of live_counts)."""
+
+    queue: str
+    kind: str
+    ready: int
+    oldest: float | None  # age in seconds of the oldest of them
 
 
 @dataclass(frozen=True)
@@ -97,9 +108,20 @@ class Supervisor:
     state: str
     jobs_done: int
     workers: tuple[Worker, ...] = ()
+    kinds: tuple[str, ...] | None = None  # the kinds its app handles; None: any kind
 
     def stale(self, after: float = STALE_AFTER) -> bool:
         return self.heartbeat_age > after
+
+    def serves(self, queue: str, kind: str, stale_after: float = STALE_AFTER) -> bool:
+        """Whether it would claim a ready job of `kind` in `queue`: running (not stopping), beating,
+        and serving the queue with an app that handles the kind."""
+        return (
+            self.state == "running"
+            and not self.stale(stale_after)
+            and queue in self.queues
+            and (self.kinds is None or kind in self.kinds)
+        )
 
 
 @dataclass(frozen=True)
@@ -139,6 +161,9 @@ class Figures:
     latency: tuple[KindLatency, ...] = ()  # queue latency and run time per kind (jobsup.latency)
     leases: tuple[Lease, ...] = ()  # the running jobs whose lease expires soonest
     attempts: tuple[tuple[str, int, int], ...] = ()  # (status, attempts, jobs) of live and dead jobs
+    ready: tuple[Ready, ...] = ()  # ready jobs by queue and kind
+    done_last_minute: int | None = None  # jobs done in the last 60 s, by the database's clock
+    dead_matching: int | None = None  # dead jobs the filter matches; None with no filter
 
     @property
     def total(self) -> KindRow:
@@ -151,6 +176,62 @@ class Figures:
 
     def live_supervisors(self, stale_after: float = STALE_AFTER) -> list[Supervisor]:
         return [s for s in self.supervisors if not s.stale(stale_after)]
+
+    def unserved(self, stale_after: float = STALE_AFTER) -> list[Unserved]:
+        """The ready jobs no live supervisor can run, by queue and kind (see `unserved`)."""
+        return unserved(self.ready, self.supervisors, [q.queue for q in self.queues if q.paused], stale_after)
+
+
+def unserved(
+    ready: Iterable[Ready],
+    supervisors: Iterable[Supervisor],
+    paused: Iterable[str] = (),
+    stale_after: float = STALE_AFTER,
+) -> list[Unserved]:
+    """Ready jobs of a queue and kind that no live, running supervisor serves with that kind: what the
+    `unserved` statement of jobsup doctor finds, from figures the console has read anyway. A paused
+    queue counts as served, its pause is deliberate; a supervisor that is stopping, or whose heartbeat
+    is older than `stale_after`, serves nothing.
+
+    >>> t = datetime(2026, 1, 1)
+    >>> sups = [
+    ...     Supervisor("s1", "h", 1, "0", ("mix",), 2, t, 0.5, "running", 0, kinds=("a", "b")),
+    ...     Supervisor("s2", "h", 2, "0", ("mix",), 2, t, 0.5, "stopping", 0, kinds=("c",)),
+    ...     Supervisor("s3", "h", 3, "0", ("mix",), 2, t, 60.0, "running", 0),  # any kind, but stale
+    ... ]
+    >>> ready = [Ready("mix", "a", 3, 2.0), Ready("mix", "c", 5, 75.0), Ready("other", "a", 1, 9.0)]
+    >>> [(u.queue, u.kind, u.ready, u.age) for u in unserved(ready, sups)]
+    [('mix', 'c', 5, 75.0), ('other', 'a', 1, 9.0)]
+    >>> [u.kind for u in unserved(ready, sups, paused=["mix"])]
+    ['a']
+    >>> unserved(ready, sups, stale_after=120.0)  # s3 is live then, and serves every kind of mix
+    [Unserved(queue='other', kind='a', ready=1, age=9.0)]
+    """
+    sups = list(supervisors)
+    held = set(paused)
+    return [
+        Unserved(r.queue, r.kind, r.ready, r.oldest or 0.0)
+        for r in sorted(ready, key=lambda r: (r.queue, r.kind))
+        if r.ready > 0 and r.queue not in held and not any(s.serves(r.queue, r.kind, stale_after) for s in sups)
+    ]
+
+
+def unserved_note(items: Sequence[Unserved], most: int = 3) -> str:
+    """The header's line about them.
+
+    >>> note = unserved_note([Unserved("mix", "c", 5, 75.0), Unserved("x", "d", 1, 2.0)])
+    >>> note
+    'unserved: kind c in queue mix, 5 ready, oldest 1m15s; kind d in queue x, 1 ready, oldest 2.0s'
+    >>> unserved_note([Unserved("q", k, 1, 1.0) for k in "abcde"], most=2)
+    'unserved: kind a in queue q, 1 ready, oldest 1.0s; kind b in queue q, 1 ready, oldest 1.0s; +3 more'
+    >>> unserved_note([])
+    ''
+    """
+    if not items:
+        return ""
+    shown = [f"kind {u.kind} in queue {u.queue}, {u.ready:,} ready, oldest {age(u.age)}" for u in items[:most]]
+    more = [f"+{len(items) - most} more"] if len(items) > most else []
+    return "unserved: " + "; ".join(shown + more)
 
 
 @dataclass(frozen=True)
@@ -188,7 +269,7 @@ def build(
     *,
     live: Sequence[Mapping[str, Any]],
     totals: Sequence[Mapping[str, Any]],
-    oldest: Sequence[Mapping[str, Any]],
+    oldest: Sequence[Mapping[str, Any]] = (),
     dead_jobs: Sequence[Mapping[str, Any]],
     dead_groups: Sequence[Mapping[str, Any]],
     supervisors: Sequence[Mapping[str, Any]],
@@ -201,16 +282,28 @@ def build(
     latency: Sequence[Mapping[str, Any]] = (),
     leases: Sequence[Mapping[str, Any]] = (),
     attempts: Sequence[Mapping[str, Any]] = (),
+    done_last_minute: int | None = None,
+    dead_matching: int | None = None,
 ) -> Figures:
-    """Figures from the rows of the console's statements (see source.py for which is which)."""
+    """Figures from the rows of the console's statements (see source.py for which is which).
+
+    A queue's oldest ready job is the oldest of its kinds' (live_counts); rows of `oldest` (the
+    oldest_ready statement), if given, say the same.
+    """
     kind_queues: dict[str, set[str]] = {}
     queues: dict[str, dict[str, Any]] = {}
+    ready: list[Ready] = []
     for row in live:
         kind_queues.setdefault(row["kind"], set()).add(row["queue"])
         q = queues.setdefault(row["queue"], {"kinds": set()})
         q["kinds"].add(row["kind"])
         for name in LIVE_COLUMNS:
             q[name] = q.get(name, 0) + row[name]
+        kind_oldest = row.get("oldest")
+        if kind_oldest is not None:
+            q["oldest"] = max(q.get("oldest") or 0.0, kind_oldest)
+        if row["ready"]:
+            ready.append(Ready(row["queue"], row["kind"], row["ready"], kind_oldest))
     for row in oldest:
         queues.setdefault(row["queue"], {"kinds": set()})["oldest"] = row["age"]
     for row in paused:  # a paused queue has a row even with no live job
@@ -237,6 +330,9 @@ def build(
         latency=tuple(summarize(latency)),
         leases=tuple(Lease(r["id"], r["kind"], r["locked_by"], r["attempts"], r["remaining"]) for r in leases),
         attempts=tuple((r["status"], r["attempts"], r["count"]) for r in attempts),
+        ready=tuple(ready),
+        done_last_minute=done_last_minute,
+        dead_matching=dead_matching if match else None,
     )
 
 
@@ -254,6 +350,8 @@ def supervisor(row: Mapping[str, Any]) -> Supervisor:
         state=row["state"],
         jobs_done=row["jobs_done"],
         workers=tuple(worker(w) for w in workers if isinstance(w, Mapping)),
+        # NULL: any kind (an app that finds its handlers by name, or a supervisor of an earlier release).
+        kinds=None if row.get("kinds") is None else tuple(row["kinds"]),
     )
 
 
@@ -337,8 +435,6 @@ class Throughput:
     ...     t.add(float(second), done, failed=0)
     >>> t.rates("done")
     [10.0, 20.0, 0.0]
-    >>> t.last_minute("done")  # only 3 s of history: extrapolated to a minute
-    (600, False)
     """
 
     seconds: float = HISTORY_SECONDS
@@ -363,19 +459,6 @@ class Throughput:
     def rate(self, name: str) -> float | None:
         rates = self.rates(name)
         return rates[-1] if rates else None
-
-    def last_minute(self, name: str) -> tuple[int, bool] | None:
-        """How many in the last minute, and whether that is measured (True) or extrapolated from less."""
-        if len(self.samples) < 2:
-            return None
-        i = self._index(name)
-        newest = self.samples[-1]
-        base = next((s for s in reversed(self.samples) if newest[0] - s[0] >= 60.0), None)
-        if base is not None:
-            return max(0, newest[i] - base[i]), True
-        oldest = self.samples[0]
-        span = newest[0] - oldest[0]
-        return round(max(0, newest[i] - oldest[i]) * 60.0 / span), False
 
 
 # --- formatting -----------------------------------------------------------------------------------

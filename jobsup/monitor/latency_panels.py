@@ -17,7 +17,16 @@ RISING = "↑"  # beside a kind whose latency is rising (latency.rising)
 
 class LatencyPanel(Panel):
     TITLE = "latency and run time by kind"
-    BINDINGS = [Binding("w", "next_window", "Window", tooltip="the next window: 1, 5 or 60 minutes")]
+    BINDINGS = [
+        Binding(
+            "w",
+            "next_window",
+            "Window",
+            tooltip="the next window of the latency table: the last "
+            + ", ".join(latency.window_label(w) for w in latency.WINDOWS[:-1])
+            + f" or {latency.window_label(latency.WINDOWS[-1])}",
+        )
+    ]
     window = latency.WINDOWS[0]
 
     def compose(self) -> ComposeResult:
@@ -41,7 +50,7 @@ class LatencyPanel(Panel):
             self.show(*self._shown)
 
     def show(self, figures: Figures, view: View) -> None:
-        self.border_title = f"{self.TITLE} · last {self.window}m (w)"
+        self.border_title = f"{self.TITLE} · last {latency.window_label(self.window)} (w)"
         rows = []
         for k in figures.latency:
             if not fig.matches(view.match, k.kind):

@@ -21,6 +21,10 @@ from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures, Scope
 
 TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind is named so
+# The counts table's headers: short, so its eight columns fit in half of 120 columns (the panel beside the
+# queues) with room for a kind's name; the header line and the docs say what they stand for.
+COUNT_LABELS = {"scheduled": "sched", "running": "run", "cancelled": "canc"}
+UNSERVED_MARK = "✖"  # beside a kind with ready jobs that no live supervisor can run
 
 
 @dataclass(frozen=True)
@@ -179,7 +183,7 @@ class KindsPanel(Panel):
         yield Table(
             [
                 ("kind", "kind", False),
-                *((name, name if name != "scheduled" else "sched", True) for name in fig.COUNT_COLUMNS),
+                *((name, COUNT_LABELS.get(name, name), True) for name in fig.COUNT_COLUMNS),
             ],
             id="kinds",
         )
@@ -187,8 +191,12 @@ class KindsPanel(Panel):
     def show(self, figures: Figures, view: View) -> None:
         rows = []
         kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
+        unserved = {u.kind for u in figures.unserved(view.stale_after)}
         for k in kinds:
-            rows.append((k.kind, self._cells(k, view)))
+            cells = self._cells(k, view)
+            if k.kind in unserved:  # the header's note says which queue, how many and since when
+                cells[0] = Text.assemble(k.kind, (f" {UNSERVED_MARK}", view.warning))
+            rows.append((k.kind, cells))
         total = fig.KindRow("total", **fig.column_sums(kinds), queues=())  # queues named: the sums fill only counts
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
         fill(self.query_one(Table), rows)
@@ -292,9 +300,15 @@ class DeadPanel(Panel):
         )
 
     def show(self, figures: Figures, view: View) -> None:
-        self.border_subtitle = (
-            f"{len(figures.dead_jobs)} of {fig.count(figures.total.dead)}" if figures.dead_jobs else ""
-        )
+        matching = figures.dead_matching  # None with no filter
+        if figures.dead_jobs:
+            of = fig.count(figures.total.dead) if matching is None else f"{fig.count(matching)} matching"
+            self.border_subtitle = f"{len(figures.dead_jobs)} of {of}"
+        elif figures.match and figures.total.dead:
+            # An empty table under a filter is not "no dead jobs": say that the filter hides them.
+            self.border_subtitle = f"no dead job matches {figures.match!r} (Esc clears the filter)"
+        else:
+            self.border_subtitle = ""
         cells = [
             [
                 str(j.id),

@@ -8,6 +8,7 @@ fits in a tab or a screen of any layout; `SchedulesScreen` is that panel as a sc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, tzinfo
 
 from rich.text import Text
@@ -34,6 +35,9 @@ KEYS: list[Binding] = [
     Binding("n,P,U", "refuse", show=False),
 ]
 COLUMNS = ("name", "kind", "expression", "tz", "state", "next fire", "last fire", "last job")
+# When the table is wider than its panel (80 columns), the fire times lose their clock time ("in 2m10s"),
+# then these columns go, first to last: the name, its state, when it fires and how its last job went stay.
+DROP_FIRST = ("tz", "kind", "expression")
 QUESTIONS = {
     "run": (
         "Enqueue one job of schedule {name} now?",
@@ -63,38 +67,73 @@ class SchedulesReady(Message):
         self.schedules = schedules
 
 
-def _when(moment: datetime | None, now: datetime, tz: tzinfo | None) -> str:
+def _when(moment: datetime | None, now: datetime, tz: tzinfo | None, clock: bool = True) -> str:
     """
     >>> from datetime import timezone
     >>> now = datetime(2026, 12, 1, 10, 0, tzinfo=timezone.utc)
     >>> _when(datetime(2026, 12, 1, 10, 0, 30, tzinfo=timezone.utc), now, timezone.utc), _when(None, now, None)
     ('10:00:30 (in 30.0s)', '-')
+    >>> _when(datetime(2026, 12, 1, 9, 58, tzinfo=timezone.utc), now, timezone.utc, clock=False)
+    '2m00s ago'
     """
     if moment is None:
         return "-"
     seconds = (moment - now).total_seconds()
+    relative = f"in {fig.age(seconds)}" if seconds >= 0 else f"{fig.age(-seconds)} ago"
+    if not clock:
+        return relative
     local = moment.astimezone(tz)
     shown = f"{local:%H:%M:%S}" if local.date() == now.astimezone(tz).date() else f"{local:%m-%d %H:%M}"
-    return f"{shown} (in {fig.age(seconds)})" if seconds >= 0 else f"{shown} ({fig.age(-seconds)} ago)"
+    return f"{shown} ({relative})"
 
 
-def rows(schedules: list[ScheduleState], tz: tzinfo | None = None) -> list[tuple[str, list[Text]]]:
-    """The table's rows: (schedule name, cells)."""
+def cells(s: ScheduleState, tz: tzinfo | None = None, clock: bool = True) -> dict[str, str]:
+    """A schedule's cells by column; `clock` False gives the fire times without their clock time."""
+    return {
+        "name": s.name,
+        "kind": s.kind,
+        "expression": s.expression,
+        "tz": s.tz,
+        "state": s.state,
+        "next fire": "-" if s.paused or s.state == "orphaned" else _when(s.next_fire, s.now, tz, clock),
+        "last fire": _when(s.last_fire, s.now, tz, clock),
+        "last job": f"{s.last_job_id} {s.last_status or 'gone'}" if s.last_job_id else "-",
+    }
+
+
+def fit(table: list[dict[str, str]], short: list[dict[str, str]], width: int) -> tuple[list[str], bool]:
+    """The columns to show in `width` cells, and whether the short cells (no clock times) are needed.
+
+    Each column takes its widest cell or header and a padding of 2 (DataTable's).
+
+    >>> full = [{"name": "digest", "tz": "Europe/Amsterdam", "last fire": "09:27:10 (2m50s ago)"}]
+    >>> short = [{"name": "digest", "tz": "Europe/Amsterdam", "last fire": "2m50s ago"}]
+    >>> fit(full, short, 60), fit(full, short, 40), fit(full, short, 20)
+    ((['name', 'tz', 'last fire'], False), (['name', 'tz', 'last fire'], True), (['name', 'last fire'], True))
+    """
+
+    def needed(rows: list[dict[str, str]], columns: list[str]) -> int:
+        return sum(max(len(c), *(len(r[c]) for r in rows)) + 2 for c in columns)
+
+    columns = [c for c in COLUMNS if not table or c in table[0]]
+    if needed(table, columns) <= width:
+        return columns, False
+    for gone in (None, *DROP_FIRST):
+        columns = [c for c in columns if c != gone]
+        if needed(short, columns) <= width:
+            break
+    return columns, True
+
+
+def rows(
+    schedules: list[ScheduleState], tz: tzinfo | None = None, columns: Sequence[str] = COLUMNS, clock: bool = True
+) -> list[tuple[str, list[Text]]]:
+    """The table's rows: (schedule name, cells of `columns`)."""
     styles = {"paused": "bold", "orphaned": "dim"}
     out = []
     for s in schedules:
-        job = f"{s.last_job_id} {s.last_status or 'gone'}" if s.last_job_id else "-"
-        cells = [
-            s.name,
-            s.kind,
-            s.expression,
-            s.tz,
-            s.state,
-            "-" if s.paused or s.state == "orphaned" else _when(s.next_fire, s.now, tz),
-            _when(s.last_fire, s.now, tz),
-            job,
-        ]
-        out.append((s.name, [Text(cell, style=styles.get(s.state, "")) for cell in cells]))
+        shown = cells(s, tz, clock)
+        out.append((s.name, [Text(shown[c], style=styles.get(s.state, "")) for c in columns]))
     return out
 
 
@@ -125,11 +164,30 @@ class SchedulesPanel(Vertical):
         self.schedules: list[ScheduleState] = []
         self.loads = 0  # successful reads, for tests
         self._loading = False
+        self._columns: list[str] = list(COLUMNS)
 
     def compose(self) -> ComposeResult:
         table: DataTable = DataTable(id="schedules", cursor_type="row", zebra_stripes=False)
         table.add_columns(*COLUMNS)
         yield table
+
+    def on_resize(self) -> None:
+        self._show()
+
+    def _show(self) -> None:
+        """The rows, in the columns that fit the panel's width (fit)."""
+        table = self.query_one(DataTable)
+        width = self.size.width - 2  # inside the border: room for a scrollbar
+        columns, short = list(COLUMNS), False
+        if width > 0 and self.schedules:
+            columns, short = fit(
+                [cells(s, self.tz) for s in self.schedules], [cells(s, self.tz, False) for s in self.schedules], width
+            )
+        if columns != self._columns:
+            table.clear(columns=True)
+            table.add_columns(*columns)
+            self._columns = columns
+        fill(table, rows(self.schedules, self.tz, columns, clock=not short))
 
     def on_mount(self) -> None:
         self.border_title = "schedules"
@@ -153,8 +211,7 @@ class SchedulesPanel(Vertical):
     def on_schedules_ready(self, message: SchedulesReady) -> None:
         self.schedules = message.schedules
         self.loads += 1
-        table = self.query_one(DataTable)
-        fill(table, rows(self.schedules, self.tz))
+        self._show()
         if not self.schedules:
             self.border_subtitle = "no schedules: declare them with app.every(...)"
 

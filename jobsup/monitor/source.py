@@ -53,12 +53,15 @@ def backoff(failures: int) -> float:
 
 def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, Any]]]:
     # In the order figures.build takes them; each reads a partial index of live or dead jobs, the small
-    # per-kind totals, the supervisors' rows or the events index, never the finished jobs.
+    # per-kind totals, the supervisors' rows or the events index, never the finished jobs but those done
+    # in the last minute. live_counts gives the queues' oldest ready job too (so oldest_ready is not
+    # read) and, with the supervisors' kinds, the jobs no supervisor serves: no scan of their own.
     return [
         ("console_clock", {}),
         ("live_counts", {}),
         ("kind_totals", {}),
-        ("oldest_ready", {}),
+        ("console_done_last_minute", {}),
+        ("console_dead_matching", {"match": match}),
         ("dead_jobs", {"match": match, "limit": DEAD_LIMIT}),
         ("dead_groups", {"match": match, "limit": GROUP_LIMIT}),
         ("supervisors", {}),
@@ -180,7 +183,8 @@ class Source:
                 (clock,),
                 live,
                 totals,
-                oldest,
+                (done_last_minute,),
+                (dead_matching,),
                 dead_jobs,
                 dead_groups,
                 supervisors,
@@ -196,7 +200,6 @@ class Source:
                 clock["now"],
                 live=live,
                 totals=totals,
-                oldest=oldest,
                 dead_jobs=dead_jobs,
                 dead_groups=dead_groups,
                 supervisors=supervisors,
@@ -209,6 +212,8 @@ class Source:
                 latency=latency,
                 leases=leases,
                 attempts=attempts,
+                done_last_minute=done_last_minute["count"],
+                dead_matching=dead_matching["count"],
             )
 
         return await self._run(work)

@@ -84,7 +84,12 @@ class DeadPane(Pane):
             yield GroupsPanel(id="groups-panel")
 
     def badge(self, figures: Figures, view: View) -> str:
-        return fig.count(figures.total.dead) if figures.total.dead else ""
+        total = figures.total.dead
+        if not total:
+            return ""
+        if figures.dead_matching is not None:  # filtered: what the tab shows, of how many
+            return f"{fig.count(figures.dead_matching)} of {fig.count(total)}"
+        return fig.count(total)
 
 
 class WorkersPane(Pane):

@@ -38,8 +38,24 @@ _LOWEST = 10.0**LOWEST_DECADE
 
 METRICS = ("queue_latency", "run_time")
 # Minutes read back. The 1- and 5-minute windows are the current minute and the N whole minutes before
-# it; the hour is the current 10 minutes and the six periods of 10 before them (60 to 70 minutes).
+# it; the hour is the current 10 minutes and the six periods of 10 before them (60 to 70 minutes). Each
+# is named by window_label, the one name `jobsup stats` and the console show; `--json` keys them 1m, 5m
+# and 60m.
 WINDOWS = (1, 5, 60)
+
+
+def window_label(window: int) -> str:
+    """What a window covers, as every view names it: its whole minutes (or 10-minute periods) and the
+    current one so far, so "1m–2m" is between 60 and 120 seconds, depending on when in the minute it is
+    read. A window read in the rows' own unit cannot say "the last 60 s": a minute's jobs are one count.
+
+    >>> [window_label(w) for w in WINDOWS]
+    ['1m–2m', '5m–6m', '60m–70m']
+    """
+    period = 10 if window >= 60 else 1  # the hour is read from the 10-minute rows (latency_read)
+    return f"{window}m–{window + period}m"
+
+
 # The figures are added to the database at most this often per supervisor (seconds): a few rows a
 # second whatever the rate of jobs.
 WRITE_EVERY = 1.0
@@ -295,7 +311,7 @@ def summarize(rows: Iterable[Mapping[str, Any]]) -> list[KindLatency]:
 
 
 def read(conn: psycopg.Connection) -> list[KindLatency]:
-    """Queue latency and run time per kind over the last 1, 5 and 60 minutes, merged across supervisors."""
+    """Queue latency and run time per kind over each of WINDOWS (window_label), merged across supervisors."""
     with conn.cursor(row_factory=dict_row) as cur:
         cur.execute(SQL["latency_read"])
         return summarize(cur.fetchall())

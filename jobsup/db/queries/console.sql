@@ -28,6 +28,22 @@ GROUP BY kind, last_error
 ORDER BY count(*) DESC, max(done_at) DESC, kind
 LIMIT %(limit)s
 
+-- name: console_dead_matching
+-- How many dead jobs %(match)s matches, for the Dead tab's title ("Dead 0 of 8"): dead_groups lists at
+-- most its limit of groups, so their counts may not add up to it. With no filter it reads nothing (the
+-- per-kind totals give the count) and says 0.
+SELECT count(*) AS count
+FROM jobsup.jobs
+WHERE %(match)s::text IS NOT NULL AND status = 'dead'
+  AND (strpos(lower(kind), lower(%(match)s::text)) > 0 OR strpos(lower(queue), lower(%(match)s::text)) > 0)
+
+-- name: console_done_last_minute
+-- Jobs done in the last 60 s by the database's clock, the header's done/min: a range of the index of
+-- finished jobs (status, done_at), so it reads the last minute's done jobs and none older. Done jobs
+-- deleted sooner than that (a --keep-done under a minute) are not counted.
+SELECT count(*) AS count
+FROM jobsup.jobs WHERE status = 'done' AND done_at > now() - interval '60 seconds'
+
 -- name: console_dead_ids
 -- The ids a bulk requeue will touch, taken when the console asks for confirmation, so it requeues
 -- exactly the jobs whose number it stated. by_error matches a NULL last error too.

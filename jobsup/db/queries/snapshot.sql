@@ -6,14 +6,18 @@
 -- control.sql (queue_pauses), latency.sql (latency_read).
 
 -- name: live_counts
--- Queued and running jobs by kind and queue; each half reads only its partial index.
+-- Queued and running jobs by kind and queue; each half reads only its partial index. `oldest` is the
+-- age in seconds of the kind's oldest ready job in the queue (NULL with none, and in the running half):
+-- the console takes the queues' oldest ready job and the jobs no supervisor serves from it, in the
+-- same pass over the queued jobs.
 SELECT kind, queue,
        count(*) FILTER (WHERE run_at <= now()) AS ready,
        count(*) FILTER (WHERE run_at > now()) AS scheduled,
-       0::bigint AS running
+       0::bigint AS running,
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS oldest
 FROM jobsup.jobs WHERE status = 'queued' GROUP BY kind, queue
 UNION ALL
-SELECT kind, queue, 0, 0, count(*) FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
+SELECT kind, queue, 0, 0, count(*), NULL FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
 
 -- name: kind_totals
 SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead,
