@@ -52,7 +52,9 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--priority", type=integer, help="higher runs first (default 0); with --app, the handler's if it sets one"
     )
     p.add_argument("--delay", type=duration, default=0.0, help="run after this long: 0.4, 400ms, 30s, 5m")
-    p.add_argument("--run-at", type=iso_time, help="run at this ISO time, with its zone: 2030-01-01T09:00+01:00, or Z for UTC")
+    p.add_argument(
+        "--run-at", type=iso_time, help="run at this ISO time, with its zone: 2030-01-01T09:00+01:00, or Z for UTC"
+    )
     p.add_argument(
         "--max-attempts",
         type=positive_int,
