@@ -504,7 +504,7 @@ def test_requeue_dead(dsn, conn):
         ).fetchone()[0]
         == 2
     )
-    assert ok(dsn, "requeue-dead", "--id", str(sms.id)).strip() == f"requeued 1 dead job (ids {sms.id})"
+    assert json.loads(ok(dsn, "requeue-dead", "--id", str(sms.id), "--json")) == {"requeued": 1, "ids": [sms.id]}
     assert ok(dsn, "requeue-dead").strip() == "requeued 0 dead jobs"
     assert {r["kind"]: r["dead"] for r in rows(conn, "kind_totals")} == {"email": 0, "sms": 0}
     assert "at least 1" in refused(dsn, "requeue-dead", "--id", "0")

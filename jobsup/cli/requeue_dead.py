@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 
 from jobsup.cli.options import connect, positive_int
 from jobsup.errors import EXIT_OK
@@ -22,6 +23,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="only these jobs: --id 2 76906, or --id 2 --id 76906",
     )
+    p.add_argument("--json", action="store_true", help='one JSON object: {"requeued": N, "ids": [...]}')
     p.set_defaults(run=run)
 
 
@@ -30,6 +32,9 @@ def run(args: argparse.Namespace) -> int:
 
     with connect(args) as conn:
         ids = requeue_dead(conn, ids=args.id or None, kind=args.kind, error=args.error)
+    if args.json:
+        print(json.dumps({"requeued": len(ids), "ids": ids}))
+        return EXIT_OK
     scope = " and ".join(
         filter(
             None,
