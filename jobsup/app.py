@@ -5,8 +5,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import inspect
+import json
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any, Unpack
 
@@ -14,10 +15,12 @@ import psycopg
 
 from jobsup import client
 from jobsup.errors import AppNotFound, BadInput, NoHandler
-from jobsup.job import EnqueueOptions, Job, JobSpec, make_spec
+from jobsup.job import EncodedPayload, EnqueueOptions, Job, JobSpec, make_spec
+from jobsup.limits import Limits, check_key
 from jobsup.schedule import DEFAULT_MISSED_LIMIT, Schedule
 
 HandlerFunc = Callable[[Job], Any]
+KeyFunc = Callable[[dict[str, Any]], str]
 
 
 @dataclass(frozen=True)
@@ -29,10 +32,30 @@ class Handler:
     queue: str | None = None
     priority: int | None = None
     max_snoozes: int | None = None  # None: jobsup.outcomes.MAX_SNOOZES
+    limits: Limits = Limits()  # what this app declares for the kind; the database holds what is in force
+    key: KeyFunc | None = None  # a job's key from its payload, when the enqueue gives none
 
     @property
     def is_async(self) -> bool:
         return inspect.iscoroutinefunction(self.func)
+
+    def key_of(self, spec: JobSpec) -> str:
+        """The key the handler's key function computes from the payload of `spec`, or BadInput naming
+        the handler: a key function that raises or returns anything but a string is an enqueue's error,
+        not a job that fails later."""
+        assert self.key is not None
+        payload = spec.payload
+        if type(payload) is EncodedPayload:  # the CLI's, as JSON text
+            payload = json.loads(payload)
+        try:
+            key = self.key({} if payload is None else payload)
+        except Exception as exc:
+            raise BadInput(f"the key function of handler {self.kind!r} raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(key, str):
+            raise BadInput(
+                f"the key function of handler {self.kind!r} returned {type(key).__name__} {key!r}, not a string"
+            )
+        return check_key(key, self.kind)
 
 
 class App:
@@ -55,7 +78,18 @@ class App:
         queue: str | None = None,
         priority: int | None = None,
         max_snoozes: int | None = None,
+        concurrency: int | None = None,
+        rate: str | None = None,
+        burst: int | None = None,
+        key: KeyFunc | None = None,
+        key_concurrency: int | None = None,
+        key_rate: str | None = None,
+        key_burst: int | None = None,
     ) -> Callable[[HandlerFunc], HandlerFunc]:
+        """Register the handler of `kind`. Its limits hold across every supervisor: at most
+        `concurrency` of its jobs held at once, at most `rate` started ("100/s", "50/m"; `burst` at
+        once), and the same per key (`key_concurrency`, `key_rate`, `key_burst`), a job's key being
+        what its enqueue gives (key="account-42") or what `key` computes from its payload."""
         if not isinstance(kind, str) or not kind:
             raise BadInput("a handler needs a kind: a non-empty string")
         if max_snoozes is not None and (
@@ -64,9 +98,22 @@ class App:
             raise BadInput(f"max_snoozes of handler {kind!r} must be a whole number >= 0, not {max_snoozes!r}")
         if kind in self.handlers:
             raise BadInput(f"two handlers for kind {kind!r}")
+        limits = Limits.of(
+            kind,
+            concurrency=concurrency,
+            rate=rate,
+            burst=burst,
+            key_concurrency=key_concurrency,
+            key_rate=key_rate,
+            key_burst=key_burst,
+        )
+        if key is not None and not callable(key):
+            raise BadInput(f"key of handler {kind!r} must be a function of the payload, not {key!r}")
 
         def register(func: HandlerFunc) -> HandlerFunc:
-            self.handlers[kind] = Handler(kind, func, max_attempts, timeout, queue, priority, max_snoozes)
+            self.handlers[kind] = Handler(
+                kind, func, max_attempts, timeout, queue, priority, max_snoozes, limits=limits, key=key
+            )
             return func
 
         return register
@@ -125,7 +172,11 @@ class App:
     ) -> JobSpec:
         """A JobSpec whose unset options take the defaults its handler was registered with."""
         name = kind.get("kind") if isinstance(kind, Mapping) else kind
-        return make_spec(kind, payload, options, self.defaults(name) if isinstance(name, str) else {})
+        spec = make_spec(kind, payload, options, self.defaults(name) if isinstance(name, str) else {})
+        handler = self.handlers.get(spec.kind)
+        if handler is not None and handler.key is not None and spec.key is None:
+            spec = replace(spec, key=handler.key_of(spec))
+        return spec
 
     def defaults(self, kind: str) -> dict[str, Any]:
         """The options the handler of `kind` sets (max_attempts, queue, priority); {} for no handler."""

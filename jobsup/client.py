@@ -33,6 +33,7 @@ def _enqueue_op(spec: JobSpec) -> Op:
         "delay": float(spec.delay),
         "max_attempts": spec.max_attempts,
         "unique_key": spec.unique_key,
+        "key": spec.key,
     }
     return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
 
@@ -47,6 +48,8 @@ def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
         "run_ats": [s.run_at for s in specs],
         "delays": [float(s.delay) for s in specs],
         "max_attempts": [s.max_attempts for s in specs],
+        # NULL when no job has one (as most batches): unnest pads a NULL array with NULLs.
+        "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
     }
     if all(s.unique_key is None for s in specs):
         # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.

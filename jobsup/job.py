@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, NamedTuple, TypedDict
 
 from jobsup.errors import BadInput, PayloadTooLarge
+from jobsup.limits import check_key
 
 # Largest payload accepted, as compact JSON bytes, unless JOBSUP_MAX_PAYLOAD says otherwise. A queue
 # row is no place for files; pass a reference.
@@ -62,6 +63,8 @@ class Job(NamedTuple):
     # {attempt, at, error, traceback, by, snooze}. A handler sees a list, empty on a first run.
     errors: list[dict[str, Any]] | None = None
     started_at: datetime | None = None  # when this attempt was claimed: its queue latency is started_at - run_at
+    # The job's key (an account, a customer): the per-key dimension of its kind's limits; None for none.
+    key: str | None = None
 
 
 class EncodedPayload(str):
@@ -85,6 +88,7 @@ class JobSpec:
     run_at: datetime | None = None
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     unique_key: str | None = None
+    key: str | None = None  # the per-key dimension of the kind's limits (jobsup.limits)
 
     def encoded_payload(self, limit: int | None = None) -> str:
         """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
@@ -126,6 +130,8 @@ class JobSpec:
             raise BadInput(f"run_at of a {self.kind!r} job must be a datetime with a time zone")
         if self.unique_key is not None and (not isinstance(self.unique_key, str) or not self.unique_key):
             raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")
+        if self.key is not None:
+            check_key(self.key, self.kind)
 
 
 # What a non-object payload is called in a refusal: the Python type, and the JSON one for a reader of
@@ -163,6 +169,7 @@ class EnqueueOptions(TypedDict, total=False):
     run_at: datetime | None
     max_attempts: int
     unique_key: str | None
+    key: str | None
 
 
 OPTIONS = tuple(EnqueueOptions.__annotations__)
@@ -179,7 +186,7 @@ def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str)
     Traceback (most recent call last):
     ...
     jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?);
-    its options: queue, priority, delay, run_at, max_attempts, unique_key
+    its options: queue, priority, delay, run_at, max_attempts, unique_key, key
     """
     for name in names:
         if name not in known:

@@ -23,6 +23,7 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from multiprocessing.connection import wait
 from multiprocessing.process import BaseProcess
 from types import FrameType
@@ -37,6 +38,7 @@ from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Outcome, Snoo
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
 from jobsup.job import Job
+from jobsup.ops.limits import in_force
 from jobsup.outcomes import Answer
 
 # What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
@@ -118,6 +120,11 @@ def drain(
             if with_scheduled and names:
                 conn.execute(SQL["testing_due_now"], {"queues": list(names)})
             jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
+            if not jobs and names:
+                jobs, wake = _claim_limited(conn, names, locked_by, kinds)
+                if not jobs and wake is not None:  # a rate holds the next start back: wait for it
+                    time.sleep(max(0.0, (wake - datetime.now(UTC)).total_seconds()))
+                    continue
             if not jobs:
                 return runs
             if len(runs) >= max_runs:
@@ -130,6 +137,17 @@ def drain(
             runs.append(_write(conn, job, answer, locked_by, backoff_base, backoff_cap, jitter))
     finally:
         runner.close()
+
+
+def _claim_limited(
+    conn: psycopg.Connection, queues: Sequence[str], locked_by: str, kinds: Sequence[str] | None
+) -> tuple[list[Job], datetime | None]:
+    """One job of a limited kind, as its limits allow (the supervisor's claim_limited): the drain runs
+    one job at a time, so a concurrency limit also counts what supervisors running meanwhile hold."""
+    limited = [k for k in in_force(conn) if kinds is None or k in kinds]
+    if not limited:
+        return [], None
+    return lifecycle.claim_limited(conn, limited, queues, 1, locked_by, LEASE)
 
 
 def _write(

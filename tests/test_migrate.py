@@ -14,7 +14,19 @@ from jobsup.db.migrate import LATEST, migrate, require_schema, schema_version
 
 from .helpers import ROOT, cli_env, jobsup
 
-TABLES = {"jobs", "kind_totals", "supervisors", "events", "migrations", "schedules", "queue_pauses", "latency"}
+TABLES = {
+    "jobs",
+    "kind_totals",
+    "supervisors",
+    "events",
+    "migrations",
+    "schedules",
+    "queue_pauses",
+    "latency",
+    "limits",
+    "limit_keys",
+    "compat",
+}
 
 
 def recorded(dsn: str) -> list[tuple[int, str]]:

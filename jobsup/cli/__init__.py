@@ -41,6 +41,7 @@ COMMANDS = (
     "retry",
     "check",
     "metrics",
+    "limit",
 )
 
 

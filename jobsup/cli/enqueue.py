@@ -29,7 +29,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Enqueue KIND with an optional JSON payload, or every line of --file "
         "(one JSON object per line: kind, payload, queue, priority, delay, "
-        "run_at, max_attempts, unique_key) in one transaction. With --file, "
+        "run_at, max_attempts, unique_key, key) in one transaction. With --file, "
         "--queue, --priority, --delay, --run-at and --max-attempts are the "
         "defaults of the lines that do not set that field. The payload is a JSON "
         "object. With --app, what the flags and lines leave out takes the "
@@ -62,6 +62,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--unique-key", help="skip if a queued or running job has this key (not with --file)")
     p.add_argument(
+        "--key",
+        help="the job's key (an account, a customer), which its kind's per-key limits count by; with --app, "
+        "the handler's key function computes it when not given",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
@@ -70,7 +75,7 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-_FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key"}
+_FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key", "key"}
 # The flags of `enqueue` that are defaults for the lines of --file that do not set the field.
 _FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts")
 # How to enqueue a kind the --app has no handler for, as its refusal says.
@@ -126,6 +131,7 @@ def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = No
         spec.validate()
         if app is not None:
             app.refuse_unknown_kind(spec.kind, _ELSEWHERE)
+            spec = app.spec(spec)  # its key, from the handler's key function
         return replace(spec, payload=EncodedPayload(spec.encoded_payload()))
     except (BadInput, argparse.ArgumentTypeError) as exc:
         raise BadInput(f"line {number}: {exc}") from None
@@ -203,10 +209,11 @@ def run(args: argparse.Namespace) -> int:
     from jobsup.client import enqueue
 
     app = _load_app(args.app)
-    options = {**_flags(args), "unique_key": args.unique_key}
+    options = {**_flags(args), "unique_key": args.unique_key, "key": args.key}
     spec = make_spec(args.kind, payload, options, app.defaults(args.kind) if app is not None else None)
     if app is not None:
         app.refuse_unknown_kind(spec.kind, _ELSEWHERE)
+        spec = app.spec(spec)  # its key, from the handler's key function
     spec.encoded_payload()
     with connect(args) as conn:
         job_id = enqueue(conn, spec)

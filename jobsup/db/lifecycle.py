@@ -45,6 +45,11 @@ class Outcome:
     run_at: datetime | None = None
 
 
+# The SQLSTATE of the schema's refusal of a claim that speaks an older claim protocol (migration 0008).
+CLAIM_REFUSED = "JS001"
+# The claim protocol this release speaks: the schema version its claims were written for.
+CLAIM_PROTOCOL = 8
+
 # Where a queue's claim may start: the (priority, run_at, id) of the last job the claimer took there.
 ClaimKey = tuple[int, datetime, int]
 
@@ -107,6 +112,37 @@ async def aclaim(
     kinds: Collection[str] | None = None,
 ) -> list[Job]:
     return await arun(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
+
+
+def _claim_limited_op(kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float) -> Op:
+    def parse(rows: list[tuple]) -> tuple[list[Job], datetime | None]:
+        jobs = [Job(*row[:-1]) for row in rows if row[0] is not None]
+        wake = [row[-1] for row in rows if row[0] is None]
+        return jobs, (wake[0] if wake else None)
+
+    params = {"kinds": sorted(kinds), "queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease}
+    return Op("claim_limited", params, parse)
+
+
+def claim_limited(
+    conn: psycopg.Connection, kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float
+) -> tuple[list[Job], datetime | None]:
+    """Take up to `limit` ready jobs of the limited `kinds` of `queues`, as their limits allow, and when
+    a rate next lets one start (None: no rate holds a ready job back). By priority; within one, keys in
+    turn. The limits hold across every claimer: claims of a kind run one at a time (its limits row is
+    locked), and count what the kind and its keys hold from the rows themselves."""
+    return run(conn, _claim_limited_op(kinds, queues, limit, locked_by, lease))
+
+
+async def aclaim_limited(
+    conn: psycopg.AsyncConnection,
+    kinds: Sequence[str],
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+) -> tuple[list[Job], datetime | None]:
+    return await arun(conn, _claim_limited_op(kinds, queues, limit, locked_by, lease))
 
 
 def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:

@@ -17,6 +17,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from functools import partial
 
+import psycopg
+
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
@@ -26,6 +28,8 @@ from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
 from jobsup.supervisor.keys import ClaimKeys
+from jobsup.supervisor.limits import RETRY as RETRY_DECLARATION
+from jobsup.supervisor.limits import Declaration
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.log import EventLog
 from jobsup.supervisor.tally import Tally
@@ -64,6 +68,8 @@ KNOWN_RUN_ATS = 10_000
 # Failures alike for the log (EventLog.alike): the same kind with the same error. Each is still written
 # to its job; the log writes the first of a burst in full and counts the rest.
 _ALIKE = ("kind", "error")
+# Words only the control notifications carry: an insert's ({"queues": ..., "run_at": ...}) has none.
+_CONTROL_WORDS = ('"cancel"', '"paused"', '"limit"', '"slots"')
 
 
 class Wakeup:
@@ -176,13 +182,23 @@ class Dispatcher:
         self.latency = Recorder(keep_totals=tally is not None)
         self._latency_due: dict[str, list] | None = None  # taken for the next outcome write to carry
         self._latency_timer: asyncio.TimerHandle | None = None
+        # Limits: the kinds with a limit in force (the database's, told by the heartbeat and the jobsup
+        # channel), whose jobs only claim_limited takes; held jobs of those kinds; kinds of which this
+        # supervisor wrote an outcome since the last flush (a slot freed: others may claim).
+        self.limits_in_force: frozenset[str] = frozenset()
+        self.limited_more = False  # a limited job may be claimable: a claim_limited is worth a round trip
+        self.limited_held: set[int] = set()
+        self._freed: set[str] = set()
+        self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
+        # Records the app's limits before the first claim (supervisor/limits.py); None once done.
+        self.declaration: Declaration | None = None
 
     # --- what the keeper tells us ------------------------------------------------------------
 
     def worker_ready(self, worker: Worker) -> None:
         if self.prefetched and not self.stopping:
             self.keeper.assign(worker, self._handout(worker, 1))
-        if self.more:
+        if self.more or (self.limited_more and self.limits_in_force):
             self.claim_wakeup.set()
 
     def outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
@@ -250,9 +266,10 @@ class Dispatcher:
         self.idle_wakeup.set()
 
     def control(self, payload: str) -> bool:
-        """True for a NOTIFY of a cancel ({"cancel": ids or null, "by": who}) or of a pause or resume
-        ({"queue": name, "paused": bool}), which it acts on; the insert notifications go to notified()."""
-        if '"cancel"' not in payload and '"paused"' not in payload:
+        """True for a NOTIFY of a cancel ({"cancel": ids or null, "by": who}), of a pause or resume
+        ({"queue": name, "paused": bool}), of a limit set or removed ({"limit": kind, "limited": bool}) or
+        of slots freed ({"slots": kinds}), which it acts on; the insert notifications go to notified()."""
+        if not any(word in payload for word in _CONTROL_WORDS):
             return False
         try:
             note = json.loads(payload)
@@ -266,6 +283,18 @@ class Dispatcher:
                 self.renew_wakeup.set()
             else:
                 self.cancel_requested({i: str(note.get("by") or "?") for i in ids if isinstance(i, int)})
+            return True
+        if isinstance(note.get("limit"), str) and isinstance(note.get("limited"), bool):
+            kind = note["limit"]
+            kinds = self.limits_in_force
+            self.set_limits_in_force(kinds | {kind} if note["limited"] else kinds - {kind})
+            self.log("limit.changed", kind=kind, limited=note["limited"])
+            self.poke()
+            return True
+        if isinstance(note.get("slots"), list):  # another supervisor wrote outcomes of limited jobs
+            if self.limits_in_force.intersection(note["slots"]):
+                self.limited_more = True
+                self.claim_wakeup.set()
             return True
         if isinstance(note.get("queue"), str) and isinstance(note.get("paused"), bool):
             self.pause_notes += 1
@@ -352,8 +381,30 @@ class Dispatcher:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
         self.keys.forget()
         self.more = True
+        self.limited_more = True
         self.pokes += 1
         self.claim_wakeup.set()
+
+    def set_limits_in_force(self, kinds: Iterable[str]) -> None:
+        """The kinds with a limit in force, as the database says (a heartbeat, a NOTIFY)."""
+        kinds = frozenset(kinds)
+        if kinds - self.limits_in_force:
+            self.limited_more = True
+            self.claim_wakeup.set()
+        self.limits_in_force = kinds
+
+    def limited_kinds(self) -> list[str]:
+        """The limited kinds this supervisor claims: those its app can run (any, for an app that finds
+        kinds by name), sorted, the order claim_limited locks them in."""
+        kinds = self.keeper.kinds
+        return sorted(self.limits_in_force if kinds is None else self.limits_in_force & kinds)
+
+    def refuse_claims(self, why: str) -> None:
+        """The schema requires a newer claim than ours: stop claiming (what is held is finished and
+        written as usual), and say why once."""
+        if self.refused is None:
+            self.refused = why
+            self.log("claim.refused", "error", reason=why)
 
     def note_run_at(self, run_at: float) -> None:
         if len(self.run_ats) >= KNOWN_RUN_ATS:
@@ -377,7 +428,15 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         next_poll = loop.time() + self.config.poll_interval
         while not self.stopping:
+            if self.declaration is not None and self.keeper.ever_ready:
+                in_force = await self.declaration.record()
+                if in_force is None:
+                    await asyncio.sleep(RETRY_DECLARATION)
+                    continue
+                self.declaration = None
+                self.set_limits_in_force(in_force)
             self.rate.sample(loop.time(), self.finished)
+            claimed = False
             want = self.capacity()
             # Short jobs with some still prefetched: wait until a claim can take a good share of what
             # is wanted (half, or a whole --batch), rather than spend a commit on one or two. Slower jobs
@@ -389,8 +448,10 @@ class Dispatcher:
                 self.more
                 and want >= threshold
                 and self.keeper.ever_ready
+                and self.refused is None
                 and not (self.paused and self.paused.issuperset(self.config.queues))
             ):
+                claimed = True
                 pokes = self.pokes
                 keys = self.keys.for_claim()
                 keyed = bool(keys)
@@ -407,6 +468,11 @@ class Dispatcher:
                     self.keys.claimed(jobs)
                 if jobs is not None:
                     self._take(jobs)
+            limited_want = self._limited_want()
+            if limited_want > 0:
+                claimed = True
+                await self._claim_limited(limited_want)
+            if claimed:
                 continue
             timeout = next_poll - loop.time()
             if self.run_ats:
@@ -416,10 +482,63 @@ class Dispatcher:
             if self.run_ats and now >= self.run_ats[0]:
                 while self.run_ats and now >= self.run_ats[0]:
                     heapq.heappop(self.run_ats)
-                self.more = True
+                self.more = self.limited_more = True
             if loop.time() >= next_poll:
-                self.more = True  # the safety net: a NOTIFY may have been missed
+                self.more = self.limited_more = True  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
+
+    def _limited_want(self) -> int:
+        """How many limited jobs to claim now: one per idle worker that no prefetched job will take, so
+        a slot is held only by a job about to start, never by one waiting in a prefetch while another
+        supervisor's workers are idle. Under a stream of short jobs (no worker idle for long), one
+        limited job at a time, at the head of the prefetch: it starts when the next worker frees."""
+        if not (self.limited_more and self.limits_in_force and self.keeper.ever_ready) or self.refused is not None:
+            return 0
+        if self.paused and self.paused.issuperset(self.config.queues):
+            return 0
+        want = len(self.keeper.idle()) - len(self.prefetched)
+        if want <= 0 and self.duration < SHORT_JOB and not any(j.id in self.limited_held for j in self.prefetched):
+            want = 1
+        return min(want, self.config.batch)
+
+    async def _claim_limited(self, want: int) -> None:
+        kinds = self.limited_kinds()
+        if not kinds:
+            self.limited_more = False
+            return
+        pokes = self.pokes
+        queues = [q for q in self.config.queues if q not in self.paused]
+        try:
+            conn = await self.claims.connect()
+            jobs, wake = await lifecycle.aclaim_limited(conn, kinds, queues, want, self.id, self.config.lease)
+        except LOST as exc:
+            self.claims.drop(exc)
+            self.orphans_possible = True
+            return
+        except psycopg.Error as exc:
+            if exc.sqlstate == lifecycle.CLAIM_REFUSED:
+                self.refuse_claims(str(exc.diag.message_primary))
+                return
+            raise
+        if len(jobs) < want and self.pokes == pokes:
+            self.limited_more = False
+        if wake is not None:
+            self.note_run_at(wake.timestamp())
+        if not jobs:
+            return
+        if self.tally is not None:
+            self.tally.claims += 1
+            self.tally.claimed += len(jobs)
+        self.limited_held.update(j.id for j in jobs)
+        for job in jobs:
+            self.held[job.id] = job
+        if self.stopping:
+            self.release_buffer.extend((j, None) for j in jobs)
+            self.flush_wakeup.set()
+            return
+        # At the head of the prefetch: each holds a slot, so it starts first.
+        self.prefetched.extendleft(reversed(jobs))
+        self.hand_out()
 
     async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         if self.tally is None:
@@ -460,6 +579,11 @@ class Dispatcher:
             self.claims.drop(exc)
             self.orphans_possible = True
             return None
+        except psycopg.Error as exc:
+            if exc.sqlstate == lifecycle.CLAIM_REFUSED:
+                self.refuse_claims(str(exc.diag.message_primary))
+                return None
+            raise
 
     def _take(self, jobs: Iterable[Job]) -> None:
         ready = []
@@ -564,12 +688,22 @@ class Dispatcher:
             if self._latency_due is not None:  # no outcome write to carry them
                 params, self._latency_due = self._latency_due, None
                 await self.writes.run(lambda c: c.execute(SQL["latency_merge"], params), deadline=deadline)
+            if self._freed:
+                await self._slots_freed(deadline)
         finally:
             self.done_buffer[:0] = done
             self.fail_buffer[:0] = failures
             self.release_buffer[:0] = releases
             self.snooze_buffer[:0] = snoozes
             self.cancel_buffer[:0] = cancels
+
+    async def _slots_freed(self, deadline: float | None) -> None:
+        """Outcomes of limited jobs were written: their slots are free. Claim at once (our workers that
+        ran them are idle), and tell the other supervisors, whose idle workers may be waiting for one."""
+        kinds, self._freed = sorted(self._freed), set()
+        self.limited_more = True
+        self.claim_wakeup.set()
+        await self.writes.run(lambda c: c.execute(SQL["limit_slots_freed"], {"kinds": kinds}), deadline=deadline)
 
     async def _write_done(self, done: list[Job], deadline: float | None) -> None:
         for chunk in _chunks(done):
@@ -703,6 +837,9 @@ class Dispatcher:
             self.held.pop(job.id, None)
             if self.cancelling:
                 self.cancelling.pop(job.id, None)
+            if self.limited_held and job.id in self.limited_held:
+                self.limited_held.discard(job.id)
+                self._freed.add(job.kind)
         if lost:
             # Fenced out: the lease lapsed and the reaper (or another supervisor) has the job now.
             self.log("lease.lost", "warning", outcome=what, count=len(lost), ids=lost)
@@ -747,6 +884,7 @@ class Dispatcher:
             for job in lost:
                 if not any(j.id == job.id for w in self.keeper.all_processes() for j in w.jobs):
                     self.held.pop(job.id, None)
+                    self.limited_held.discard(job.id)
 
     def running(self) -> list[Job]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from jobsup import __version__
+from jobsup.db.lifecycle import CLAIM_PROTOCOL
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Dispatcher
@@ -89,18 +90,22 @@ class Heartbeat:
             "jobs_done": d.jobs_done,
         }
 
-        async def write(conn: psycopg.AsyncConnection) -> list[str]:
+        async def write(conn: psycopg.AsyncConnection) -> tuple[list[str], list[str], int, str]:
             cur = await conn.execute(SQL["heartbeat"], params)
             row = await cur.fetchone()
             assert row is not None  # an upsert with RETURNING returns its row, inserted or updated
-            paused: list[str] = row[0]
-            return paused
+            return row[0], row[1], row[2], row[3]
 
         notes = d.pause_notes
-        paused = await self.link.run(write, deadline=deadline)
+        paused, limited, oldest_protocol, why = await self.link.run(write, deadline=deadline)
         self.reached_db = asyncio.get_running_loop().time()
-        if state == "running":  # the backstop of the pause NOTIFYs
+        if state == "running":  # the backstops of the pause and limit NOTIFYs
             d.paused_read(paused, notes)
+            d.set_limits_in_force(limited)
+        if oldest_protocol is not None and oldest_protocol > CLAIM_PROTOCOL:
+            d.refuse_claims(
+                f"the schema requires claim protocol {oldest_protocol}, this release speaks {CLAIM_PROTOCOL}: {why}"
+            )
 
     async def beat_stopping(self, deadline: float) -> None:
         """While it shuts down, the supervisor's row says `stopping` and goes on beating (written by

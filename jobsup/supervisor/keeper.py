@@ -117,6 +117,7 @@ class Keeper:
     kinds: frozenset[str] | None = None
     timeouts: dict[str, float] = field(default_factory=dict)
     schedules: list = field(default_factory=list)  # the app's Schedules, told by the first ready worker
+    limits: dict[str, dict] = field(default_factory=dict)  # kind -> the limits its handler declares (JSON)
     ever_ready: bool = False
     stopping: bool = False
     restarts_by_cause: dict[str, int] = field(default_factory=dict)  # for jobsup_worker_restarts_total
@@ -248,7 +249,7 @@ class Keeper:
             elif not self._retire_if_due(worker):
                 self.on_ready(worker)
         elif tag == "ready":
-            _, pid, kinds, timeouts, schedules = message
+            _, pid, kinds, timeouts, schedules, limits = message
             worker.state = "idle"
             slot = self.slots[worker.slot]
             slot.start_failures = 0
@@ -257,6 +258,7 @@ class Keeper:
                 self.kinds = frozenset(kinds) if kinds is not None else None
                 self.timeouts = dict(timeouts)
                 self.schedules = list(schedules)
+                self.limits = dict(limits)
                 self.log(
                     "app.loaded",
                     app=self.config.app or None,

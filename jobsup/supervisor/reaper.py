@@ -14,6 +14,7 @@ import asyncio
 import psycopg
 
 from jobsup.db import lifecycle
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.link import Link
 from jobsup.supervisor.log import EventLog
@@ -37,6 +38,7 @@ class Reaper:
             try:
                 reaped = await self.link.run(lambda c: lifecycle.areap(c, self.id))
                 forgotten = await self.link.run(lambda c: forget_gone(c, self.id))
+                await self.link.run(lambda c: c.execute(SQL["limit_keys_prune"]))
             except psycopg.Error as exc:
                 self.log("reaper.error", "error", error=str(exc).strip())
                 continue

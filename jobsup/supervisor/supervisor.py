@@ -23,6 +23,7 @@ from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
 from jobsup.supervisor.duty import Duties, Duty, Loop
 from jobsup.supervisor.heartbeat import Heartbeat
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
+from jobsup.supervisor.limits import Declaration
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.listener import Listener
 from jobsup.supervisor.log import EventLog
@@ -152,6 +153,7 @@ class Supervisor:
         self.dispatcher = d = Dispatcher(
             config, self.log, self.id, self.keeper, self.links["claims"], self.links["writes"], self.tally
         )
+        d.declaration = Declaration(dsn, self.log, self.id, self.keeper)
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             d.worker_ready(worker)
         scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])

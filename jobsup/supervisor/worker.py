@@ -161,6 +161,7 @@ def job_fields(job) -> tuple:
         job.priority,
         job.snoozes,
         job.errors,
+        job.key,
     )
 
 
@@ -186,9 +187,17 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
     # An app that finds handlers by name (Django's tasks, by module path) handles any kind: None says so,
     # and the supervisor sends every kind here instead of failing unknown ones itself.
+    limits = {kind: h.limits.to_json() for kind, h in app.handlers.items() if h.limits.limited}
     send(
         fd,
-        ("ready", os.getpid(), None if app.finds_kinds else sorted(handlers), timeouts, list(app.schedules.values())),
+        (
+            "ready",
+            os.getpid(),
+            None if app.finds_kinds else sorted(handlers),
+            timeouts,
+            list(app.schedules.values()),
+            limits,
+        ),
     )
 
     while True:
@@ -200,7 +209,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
             return
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
-        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors in message[1]:
+        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key in message[1]:
             job = Job(
                 id=job_id,
                 kind=kind,
@@ -211,6 +220,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                 priority=priority,
                 snoozes=snoozes,
                 errors=json.loads(errors) if errors else [],
+                key=key,
             )
             started = time.perf_counter()
             answer = runner.run(job)

@@ -29,7 +29,14 @@
 -- `kinds` (NULL: any) are the kinds the claimer's app can run: a job of another kind stays queued,
 -- attempts untouched, for a supervisor that can run it. The index has no kind, so a claim steps over
 -- such jobs where they stand ahead of its own; `jobsup doctor` and `jobsup check` name them.
-WITH picked AS (
+--
+-- Jobs of limited kinds are not in the ready index (`NOT limited` lets the scans use it): claim_limited
+-- (migration 0008) takes them. `protocol` says this claim knows that: the schema refuses a claim that
+-- does not (the trigger jobs_claim_protocol), which is how a supervisor of an earlier release learns it
+-- must not claim. It is a join, so it is evaluated before the first row is updated.
+WITH protocol AS MATERIALIZED (
+    SELECT set_config('jobsup.claim_protocol', '8', true)
+), picked AS (
     SELECT c.id
     FROM unnest(%(queues)s::text[], %(after_priorities)s::int[], %(after_run_ats)s::timestamptz[],
                 %(after_ids)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
@@ -38,7 +45,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE q.after_id IS NULL AND status = 'queued' AND queue = q.name AND run_at <= now()
-                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[])) AND NOT limited
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -47,7 +54,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority > q.after_priority AND run_at <= now()
-                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[])) AND NOT limited
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -56,7 +63,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority = q.after_priority
-                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[])) AND NOT limited
                   AND (run_at, id) > (q.after_run_at, q.after_id) AND run_at <= now()
                 ORDER BY run_at, id
                 LIMIT %(limit)s
@@ -66,7 +73,7 @@ WITH picked AS (
             SELECT * FROM (
                 SELECT id, priority, run_at FROM jobsup.jobs
                 WHERE status = 'queued' AND queue = q.name AND priority < q.after_priority AND run_at <= now()
-                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[]))
+                  AND (%(kinds)s::text[] IS NULL OR kind = ANY(%(kinds)s::text[])) AND NOT limited
                 ORDER BY priority DESC, run_at, id
                 LIMIT %(limit)s
                 FOR UPDATE SKIP LOCKED
@@ -80,12 +87,19 @@ WITH picked AS (
 UPDATE jobsup.jobs j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
     locked_until = now() + make_interval(secs => %(lease)s::float8), started_at = now()
-FROM picked
+FROM picked, protocol
 WHERE j.id = picked.id
 -- The columns of jobsup.job.Job, in its order. errors is NULL for a job with no history (most of them),
 -- so the client decodes no JSON for it.
 RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at,
-          j.snoozes, nullif(j.errors, '[]'::jsonb), j.started_at
+          j.snoozes, nullif(j.errors, '[]'::jsonb), j.started_at, j.key
+
+-- name: claim_limited
+-- Up to `limit` jobs of the limited `kinds` (sorted: claims lock the kinds' rows in one order), each
+-- row a Job's columns and wake_at; a row without an id carries only wake_at, when a rate lets the next
+-- start happen. The function is in migration 0008.
+SELECT * FROM jobsup.claim_limited(%(kinds)s::text[], %(queues)s::text[], %(limit)s, %(locked_by)s,
+                                   %(lease)s::float8)
 
 -- name: claim_without_flush_wait
 -- Behind a transaction pooler, the claims connection's session setting (synchronous_commit=off, see

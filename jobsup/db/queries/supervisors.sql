@@ -12,8 +12,13 @@ VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(kinds)s, %(procs)s
 ON CONFLICT (id) DO UPDATE
 SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jobs_done = excluded.jobs_done,
     kinds = excluded.kinds
--- The paused queues (control): the heartbeat is the backstop of their NOTIFY, at no extra statement.
-RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses)
+-- The paused queues (control) and the kinds with a limit in force: the heartbeat is the backstop of
+-- their NOTIFYs, at no extra statement. And the oldest claim protocol the schema lets claim: a
+-- supervisor whose own is older stops claiming.
+RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses),
+          (SELECT coalesce(array_agg(kind), '{}') FROM jobsup.limits WHERE limited),
+          (SELECT oldest FROM jobsup.compat WHERE name = 'claim'),
+          (SELECT why FROM jobsup.compat WHERE name = 'claim')
 
 -- name: supervisor_gone
 DELETE FROM jobsup.supervisors WHERE id = %(id)s
@@ -24,8 +29,9 @@ SELECT id, host, pid, version, queues, procs, started_at, heartbeat_at, state, w
 FROM jobsup.supervisors ORDER BY host, pid
 
 -- The jobsup channel carries {"queues": [...]} (jobs ready: the insert trigger, release, release_orphans,
--- reap, requeue_dead, retry_now), {"cancel": ...} and {"queue": ..., "paused": ...} (control.sql), and
--- {"schedule": ..., "paused": ...} (schedules.sql).
+-- reap, requeue_dead, retry_now), {"cancel": ...} and {"queue": ..., "paused": ...} (control.sql),
+-- {"schedule": ..., "paused": ...} (schedules.sql), {"limit": kind, "limited": ...} and {"slots": kinds}
+-- (limits.sql).
 
 -- name: listen
 LISTEN jobsup

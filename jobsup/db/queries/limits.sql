@@ -1,0 +1,66 @@
+-- Limits (migration 0008): what apps declare and operators set, run by jobsup/ops/limits.py. The claim's
+-- side is claim_limited (lifecycle.sql and the function of migration 0008).
+
+-- name: limit_lock
+-- A kind's row, locked for a change: claims of the kind wait for it, so none sees half a change.
+SELECT kind, concurrency, rate, period, burst, key_concurrency, key_rate, key_period, key_burst, limited,
+       declared, declared_by, declared_at, set_by, set_at
+FROM jobsup.limits WHERE kind = %(kind)s FOR UPDATE
+
+-- name: limit_insert
+INSERT INTO jobsup.limits (kind) VALUES (%(kind)s) ON CONFLICT (kind) DO NOTHING
+
+-- name: limit_write
+-- The values in force, and who set them: set_by NULL for an app's declaration, an operator otherwise.
+UPDATE jobsup.limits
+SET concurrency = %(concurrency)s, rate = %(rate)s, period = %(period)s, burst = %(burst)s,
+    key_concurrency = %(key_concurrency)s, key_rate = %(key_rate)s, key_period = %(key_period)s,
+    key_burst = %(key_burst)s, set_by = %(set_by)s, set_at = CASE WHEN %(set_by)s::text IS NULL THEN NULL ELSE now() END,
+    -- A rate's state outlives a change of it (a lower rate slows at once); a rate removed forgets it.
+    tat = CASE WHEN %(rate)s::int IS NULL THEN NULL ELSE tat END
+WHERE kind = %(kind)s
+
+-- name: limit_declared
+UPDATE jobsup.limits SET declared = %(declared)s, declared_by = %(by)s, declared_at = now() WHERE kind = %(kind)s
+
+-- name: limit_mark_jobs
+-- Moves a kind's live jobs between the ready index and claim_limited's, when the kind gains its first
+-- limit or loses its last. Without an index on kind this reads the table once: a kind's limits change
+-- rarely, and the claims of other kinds go on meanwhile (it locks only the rows it changes).
+UPDATE jobsup.jobs SET limited = %(limited)s
+WHERE kind = %(kind)s AND status IN ('queued', 'running') AND limited <> %(limited)s
+
+-- name: limit_notify
+-- Supervisors hear {"limit": kind, "limited": bool} and claim the kind through claim_limited or not.
+SELECT pg_notify('jobsup', json_build_object('limit', %(kind)s::text, 'limited', %(limited)s::boolean)::text)
+
+-- name: limit_slots_freed
+-- A supervisor that wrote the outcomes of limited jobs: others with idle workers may claim them now.
+SELECT pg_notify('jobsup', json_build_object('slots', %(kinds)s::text[])::text)
+
+-- name: limit_older_writers
+-- Transactions begun before `since` that have written something: one may be inserting jobs of a kind
+-- whose limit was just set, which its insert trigger did not see. (Without pg_read_all_stats, a role
+-- sees only its own sessions' transactions; jobs are inserted as that role, as a rule.)
+SELECT count(*) FROM pg_stat_activity
+WHERE xact_start < %(since)s AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+
+-- name: limits_list
+-- Every kind with a row: its values in force, what the app declared, who set them, and what it holds
+-- and has ready now (from the limited indexes; ready jobs counted up to 10,001, so a deep backlog costs
+-- a bounded read).
+SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.key_rate, l.key_period,
+       l.key_burst, l.limited, l.declared, l.declared_by, l.declared_at, l.set_by, l.set_at,
+       (SELECT count(*) FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited) AS held,
+       (SELECT count(*) FROM (SELECT 1 FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'queued'
+                              AND j.limited AND j.run_at <= now() LIMIT 10001) r) AS waiting,
+       CASE WHEN l.rate IS NOT NULL THEN jobsup.rate_next(l.tat, now(), l.rate, l.period, l.burst) END AS next_start
+FROM jobsup.limits l ORDER BY l.kind
+
+-- name: limits_in_force
+-- The kinds supervisors claim through claim_limited.
+SELECT coalesce(array_agg(kind ORDER BY kind), '{}') FROM jobsup.limits WHERE limited
+
+-- name: limit_keys_prune
+-- Per-key rate states whose tat has passed allow a full burst, as no row does: the reaper drops them.
+DELETE FROM jobsup.limit_keys WHERE tat < now() - interval '1 second'
