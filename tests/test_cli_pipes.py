@@ -47,6 +47,10 @@ def invocations(dsn: str, data_dir: Path | None, ids: list[int]) -> list[tuple[s
         ("retry", ["retry", "--id", *map(str, ids), *db]),
         ("check", ["check", *db]),
         ("check", ["check", "--json", *db]),
+        ("limit", ["limit", *db]),
+        ("limit", ["limit", "--json", *db]),
+        ("explain", ["explain", str(ids[0]), *db]),
+        ("explain", ["explain", str(ids[0]), "--json", *db]),
         # these run until stopped (or, bench, for a while): their help is what prints at once
         ("start", ["start", "--help"]),
         ("top", ["top", "--help"]),

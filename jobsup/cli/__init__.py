@@ -42,6 +42,7 @@ COMMANDS = (
     "check",
     "metrics",
     "limit",
+    "explain",
 )
 
 
