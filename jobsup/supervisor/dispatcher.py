@@ -642,8 +642,10 @@ class Dispatcher:
     async def flush_loop(self) -> None:
         while True:
             await self.flush_wakeup.wait()
-            if self.buffered() < self.config.batch:
-                await asyncio.sleep(self.config.flush_interval)  # let a few more outcomes share the write
+            # Let a few more outcomes share the write, unless one frees a limited job's slot: another
+            # job waits for that slot, and a limit's throughput is its slots' turnover.
+            if self.buffered() < self.config.batch and not self._holds_limited_outcome():
+                await asyncio.sleep(self.config.flush_interval)
             self.flush_wakeup.clear()
             await self.flush()
             # Figures counted since the last write that no outcome write has carried yet (the last
@@ -656,6 +658,12 @@ class Dispatcher:
                     self.flush_wakeup.set()
 
                 self._latency_timer = asyncio.get_running_loop().call_later(due, wake)
+
+    def _holds_limited_outcome(self) -> bool:
+        if not self.limited_held:
+            return False
+        held = self.limited_held
+        return any(j.id in held for j in self.done_buffer) or any(f.id in held for f in self.fail_buffer)
 
     async def flush(self, *, deadline: float | None = None) -> None:
         """Write every buffered outcome: one statement per kind of outcome present. What is not

@@ -1,0 +1,340 @@
+"""Limits without supervisors: the rate arithmetic on a fixed clock, claim_limited's choices, what wins
+between apps and operators, bad input, jobsup.testing.drain, and an earlier release's statements
+against the migrated schema. tests/test_limits_supervisors.py holds them across real supervisors."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import psycopg
+import pytest
+
+import jobsup
+from jobsup import App, Job
+from jobsup.db import lifecycle
+from jobsup.db.sql import load
+from jobsup.errors import BadInput
+from jobsup.limits import Limits, Rate
+from jobsup.ops import limits
+from jobsup.testing import drain
+
+from .helpers import jobsup as run_jobsup
+from .helpers import refused_all
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+PREVIOUS_RELEASE = Path(__file__).parent / "previous_release"
+
+
+def at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def room(conn, tat, now, rate, period, burst) -> int:
+    return conn.execute("SELECT jobsup.rate_room(%s, %s, %s, %s, %s)", [tat, now, rate, period, burst]).fetchone()[0]
+
+
+# --- the rate's arithmetic, on a fixed clock -----------------------------------------------------
+
+
+def test_a_fresh_rate_allows_its_burst_and_then_one_start_per_interval(conn):
+    # 10/s with a burst of 3: three at once, then one every 100 ms, never a window's edge of double.
+    assert room(conn, None, at(0), 10, 1.0, 3) == 3
+    tat = conn.execute("SELECT jobsup.rate_after(NULL, %s, 3, 10, 1.0)", [at(0)]).fetchone()[0]
+    assert tat == at(0.3)
+    assert room(conn, tat, at(0), 10, 1.0, 3) == 0
+    assert room(conn, tat, at(0.099), 10, 1.0, 3) == 0
+    assert room(conn, tat, at(0.1), 10, 1.0, 3) == 1
+    assert room(conn, tat, at(0.3), 10, 1.0, 3) == 3  # a quiet spell gives the burst back
+    assert room(conn, tat, at(60), 10, 1.0, 3) == 3  # and no more than the burst
+    nxt = conn.execute("SELECT jobsup.rate_next(%s, %s, 10, 1.0, 3)", [tat, at(0)]).fetchone()[0]
+    assert nxt == at(0.1)
+
+
+def test_starts_over_any_second_stay_within_rate_plus_burst(conn):
+    """A simulated claimer asking every 7 ms for as much as it may take: in every window of one second,
+    at most rate + burst - 1 starts."""
+    rate, burst, starts, tat = 100, 5, [], None
+    for step in range(0, 3000):
+        now = at(step * 0.007)
+        n = room(conn, tat, now, rate, 1.0, burst)
+        if n:
+            tat = conn.execute("SELECT jobsup.rate_after(%s, %s, %s, %s, 1.0)", [tat, now, n, rate]).fetchone()[0]
+            starts += [step * 0.007] * n
+    worst = max(sum(1 for s in starts if t <= s < t + 1.0) for t in starts)
+    assert worst <= rate + burst - 1
+    assert len(starts) == pytest.approx(rate * 21 + burst, abs=3)
+
+
+def test_rates_parse_and_print():
+    assert Rate.parse("100/m") == Rate(100, 60.0, 1)
+    assert Rate.parse("5/s", burst=5) == Rate(5, 1.0, 5)
+    assert Rate.parse("6000 / 10 minutes").interval == pytest.approx(0.1)
+    assert str(Rate.parse("2/hours")) == "2/h"
+    assert str(Limits.of("k", concurrency="3", key_rate="10/s")) == "concurrency 3, key_rate 10/s"
+
+
+@pytest.mark.parametrize(
+    ("given", "says"),
+    [
+        ({"concurrency": 0}, "concurrency of kind 'k' must be a whole number from 1 up, not 0"),
+        ({"concurrency": -1}, "not -1"),
+        ({"concurrency": 1.5}, "not 1.5"),
+        ({"concurrency": "x"}, "not 'x'"),
+        ({"concurrency": True}, "not True"),
+        ({"rate": "abc"}, "rate of kind 'k' must be a number of starts per period"),
+        ({"rate": "0/s"}, "allows no start"),
+        ({"rate": "5/fortnight"}, "not '5/fortnight'"),
+        ({"rate": "5/ms"}, "not '5/ms'"),
+        ({"rate": "5/s", "burst": 0}, "burst must be a whole number"),
+        ({"burst": 2}, "a burst needs a rate"),
+        ({"key_concurrency": 0}, "key_concurrency of kind 'k'"),
+        ({"key_rate": "1/0s"}, "allows no start"),
+    ],
+)
+def test_bad_limits_are_refused_naming_the_value(given, says):
+    with pytest.raises(BadInput, match=None) as refused:
+        Limits.of("k", **given)
+    assert says in str(refused.value)
+    with pytest.raises(BadInput):
+        App().handler("k", **given)
+
+
+def test_a_key_function_that_fails_is_the_enqueues_error_naming_the_handler(conn):
+    app = App()
+
+    @app.handler("charge", key_concurrency=1, key=lambda payload: payload["account"])
+    def charge(job: Job) -> None: ...
+
+    @app.handler("numbered", key=lambda payload: payload["n"])
+    def numbered(job: Job) -> None: ...
+
+    with pytest.raises(BadInput, match="the key function of handler 'charge' raised KeyError: 'account'"):
+        app.enqueue(conn, "charge", {})
+    with pytest.raises(BadInput, match="the key function of handler 'numbered' returned int 7, not a string"):
+        app.enqueue(conn, "numbered", {"n": 7})
+    with pytest.raises(BadInput, match="over the limit of 200"):
+        app.enqueue(conn, "charge", {"account": "a" * 201})
+    with pytest.raises(BadInput, match="key of a 'charge' job must be a non-empty string"):
+        jobsup.enqueue(conn, "charge", key="")
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs").fetchone()[0] == 0
+    job_id = app.enqueue(conn, "charge", {"account": "acme"})
+    given = app.enqueue(conn, "charge", {"account": "acme"}, key="override")
+    keys = dict(conn.execute("SELECT id, key FROM jobsup.jobs").fetchall())
+    assert keys == {job_id: "acme", given: "override"}
+
+
+def test_bad_limit_commands_are_one_line_exit_2_and_write_nothing(dsn, conn):
+    refused_all(
+        dsn,
+        [
+            (["limit", "k", "--concurrency", "0"], "concurrency of kind 'k' must be a whole number from 1 up"),
+            (["limit", "k", "--concurrency", "-1"], "not '-1'"),
+            (["limit", "k", "--concurrency", "1.5"], "not '1.5'"),
+            (["limit", "k", "--concurrency", "x"], "not 'x'"),
+            (["limit", "k", "--rate", "abc"], "must be a number of starts per period"),
+            (["limit", "k", "--rate", "0/s"], "allows no start"),
+            (["limit", "k", "--rate", "5/fortnight"], "5/fortnight"),
+            (["limit", " k", "--concurrency", "1"], "a kind is a non-empty name"),
+            (["limit", "", "--concurrency", "1"], "a kind is a non-empty name"),
+            (["limit", "--concurrency", "1"], "name the KIND"),
+            (["limit", "k", "--reset", "--remove"], "one of them"),
+            (["enqueue", "k", "--key", "x" * 201], "over the limit of 200"),
+        ],
+    )
+    assert conn.execute("SELECT count(*) FROM jobsup.limits").fetchone()[0] == 0
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs").fetchone()[0] == 0
+
+
+# --- claim_limited ---------------------------------------------------------------------------
+
+
+def claim(conn, want=10, kinds=("k",), queues=("default",), by="sup-a"):
+    return lifecycle.claim_limited(conn, list(kinds), list(queues), want, by, 30)
+
+
+def test_a_kind_at_its_limit_is_left_without_reading_its_backlog(conn):
+    limits.set_limits(conn, "k", "test", concurrency=2)
+    jobsup.enqueue_many(conn, [{"kind": "k"}] * 5000)
+    first, _ = claim(conn)
+    assert len(first) == 2
+    conn.execute("SELECT pg_stat_reset()")
+    plan = conn.execute(
+        "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT * FROM jobsup.claim_limited('{k}', '{default}', 10, 's', 30)"
+    ).fetchone()[0]
+    # The function's own statements are not in the plan; its buffers are: a handful, not thousands.
+    buffers = plan[0]["Plan"].get("Shared Hit Blocks", 0) + plan[0]["Plan"].get("Shared Read Blocks", 0)
+    assert buffers < 50, buffers
+    assert claim(conn)[0] == []
+    # The plain claim does not see them at all: they are not in the ready index.
+    assert lifecycle.claim(conn, ["default"], 10, "sup-a", 30) == []
+
+
+def test_priority_first_then_keys_take_turns(conn):
+    limits.set_limits(conn, "k", "test", concurrency=100)
+    jobsup.enqueue_many(conn, [{"kind": "k", "key": "big"}] * 50)
+    jobsup.enqueue_many(conn, [{"kind": "k", "key": f"small-{n}"} for n in range(3)])
+    urgent = jobsup.enqueue(conn, "k", key="big", priority=5)
+    jobs, _ = claim(conn, want=5)
+    assert jobs[0].id == urgent
+    assert sorted(j.key for j in jobs[1:]) == ["big", "small-0", "small-1", "small-2"]
+    # The next claim goes on after the last key served, so the big key cannot take every turn.
+    jobs, _ = claim(conn, want=2)
+    assert [j.key for j in jobs] == ["big", "big"]
+
+
+def test_per_key_concurrency_and_rate(conn):
+    limits.set_limits(conn, "k", "test", key_concurrency=1)
+    jobsup.enqueue_many(conn, [{"kind": "k", "key": key} for key in "aabbc"])
+    jobs, _ = claim(conn)
+    assert sorted(j.key for j in jobs) == ["a", "b", "c"]
+    assert claim(conn)[0] == []
+    lifecycle.complete(conn, [(jobs[0].id, 1)], "sup-a")
+    [again], _ = claim(conn)
+    assert again.key == jobs[0].key
+
+    limits.set_limits(conn, "r", "test", key_rate="1/h")
+    jobsup.enqueue_many(conn, [{"kind": "r", "key": "x"}] * 2)
+    [one], wake = claim(conn, kinds=["r"])
+    nothing, wake = claim(conn, kinds=["r"])
+    assert nothing == [] and wake is not None
+    assert timedelta(minutes=59) < wake - one.started_at <= timedelta(hours=1)
+    assert conn.execute("SELECT attempts FROM jobsup.jobs WHERE kind = 'r' AND status = 'queued'").fetchone() == (0,)
+
+
+# --- declarations and operators ------------------------------------------------------------------
+
+
+def test_the_last_app_declared_wins_and_an_operators_values_win_over_any_app(conn):
+    one = limits.declare(conn, {"k": Limits(concurrency=3)}, ["k"], "sup-1")
+    assert one[0].after == Limits(concurrency=3)
+    two = limits.declare(conn, {"k": Limits(concurrency=5)}, ["k"], "sup-2")
+    assert (two[0].before, two[0].after) == (Limits(concurrency=3), Limits(concurrency=5))
+    limits.set_limits(conn, "k", "ann@ops", concurrency=1)
+    three = limits.declare(conn, {"k": Limits(concurrency=8)}, ["k"], "sup-3")
+    assert three[0].after == Limits(concurrency=1) and three[0].set_by == "ann@ops"
+    assert limits.reset(conn, "k", "ann@ops").after == Limits(concurrency=8)
+    # An app that handles the kind and declares nothing for it now: the kind is no longer limited.
+    limits.declare(conn, {}, ["k"], "sup-4")
+    assert limits.in_force(conn) == []
+
+
+def test_a_limit_set_or_removed_moves_the_kinds_live_jobs_between_the_claims(conn):
+    ids = jobsup.enqueue_many(conn, [{"kind": "k"}] * 3)
+    [running] = lifecycle.claim(conn, ["default"], 1, "sup-a", 30)
+    limits.set_limits(conn, "k", "test", concurrency=2)
+    marked = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE limited").fetchone()[0]
+    assert marked == 3
+    # The job claimed before the limit counts against it.
+    assert len(claim(conn)[0]) == 1
+    assert running.id in ids
+    after = jobsup.enqueue(conn, "k")
+    assert conn.execute("SELECT limited FROM jobsup.jobs WHERE id = %s", [after]).fetchone() == (True,)
+    limits.set_limits(conn, "k", "test", concurrency=None)
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE limited").fetchone()[0] == 0
+    assert [j.id for j in lifecycle.claim(conn, ["default"], 10, "sup-a", 30)] == [ids[2], after]
+
+
+def test_jobsup_limit_lists_sets_resets_and_removes(dsn, conn):
+    assert run_jobsup("limit", "--dsn", dsn).stdout.strip() == "no limits"
+    done = run_jobsup("limit", "mail", "--concurrency", "3", "--rate", "100/m", "--dsn", dsn)
+    assert done.returncode == 0 and "mail: concurrency 3, rate 100/m" in done.stdout
+    listed = run_jobsup("limit", "--json", "--dsn", dsn)
+    [row] = __import__("json").loads(listed.stdout)
+    assert row["limits"] == {"concurrency": 3, "rate": "100/m", "burst": 1} and row["set_by"]
+    assert "rate none" not in run_jobsup("limit", "mail", "--rate", "none", "--dsn", dsn).stdout
+    assert limits.in_force(conn) == ["mail"]
+    assert run_jobsup("limit", "mail", "--remove", "--dsn", dsn).returncode == 0
+    assert limits.in_force(conn) == []
+
+
+# --- jobsup.testing.drain ------------------------------------------------------------------------
+
+drained_app = App()
+
+
+@drained_app.handler("paced", rate="20/s")
+def paced(job: Job) -> None: ...
+
+
+@drained_app.handler("one_per_account", key_concurrency=1, key=lambda p: p["account"])
+def one_per_account(job: Job) -> None: ...
+
+
+def test_drain_honours_limits(conn):
+    limits.declare(conn, {k: h.limits for k, h in drained_app.handlers.items()}, drained_app.handlers, "test")
+    jobsup.enqueue_many(conn, [{"kind": "paced"}] * 10)
+    for n in range(4):
+        drained_app.enqueue(conn, "one_per_account", {"account": f"a{n % 2}"})
+    ran = drain(drained_app, conn)
+    assert len(ran) == 14 and {r.outcome for r in ran} == {"done"}
+    starts = [r[0] for r in conn.execute("SELECT started_at FROM jobsup.jobs WHERE kind = 'paced' ORDER BY started_at")]
+    gaps = [(b - a).total_seconds() for a, b in zip(starts, starts[1:], strict=False)]
+    assert min(gaps) >= 0.049  # 20/s: one start every 50 ms
+
+
+# --- upgrading: an earlier release's statements against this schema --------------------------------
+
+
+def previous(name: str) -> str:
+    return load((PREVIOUS_RELEASE / "lifecycle.sql").read_text())[name]
+
+
+def test_the_previous_releases_claim_is_refused_and_its_writes_still_free_slots(conn):
+    """A supervisor of the release before limits claims with a statement that knows none: the schema
+    refuses it (its claim loop ends with this error and it stops). Its outcome writes and releases
+    still work, and free the slots of the limited jobs it held."""
+    limits.set_limits(conn, "k", "test", concurrency=1)
+    jobsup.enqueue_many(conn, [{"kind": "k"}, {"kind": "k"}, {"kind": "free"}])
+    old_claim = {
+        "queues": ["default"],
+        "after_priorities": [None],
+        "after_run_ats": [None],
+        "after_ids": [None],
+        "limit": 10,
+        "locked_by": "old",
+        "lease": 30,
+        "kinds": None,
+    }
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute(previous("claim"), old_claim)
+    assert refused.value.sqlstate == lifecycle.CLAIM_REFUSED
+    assert "run a jobsup whose schema is version 8 or later" in str(refused.value)
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'running'").fetchone() == (0,)
+    # A job it held from before the migration: its completion frees the slot.
+    [held], _ = claim(conn, by="old")
+    assert claim(conn)[0] == []
+    conn.execute(previous("complete"), {"ids": [held.id], "attempts": [1], "locked_by": "old", "return_values": None})
+    assert len(claim(conn)[0]) == 1
+
+
+# --- across a real supervisor ------------------------------------------------------------------------
+
+
+def test_a_supervisor_declares_its_apps_limits_before_its_first_claim(conn, dsn, start):
+    """Jobs of a kind the app limits, queued before any supervisor ever ran: the first claim already
+    obeys the limit (the declaration precedes it), and the supervisor logs what it declared."""
+    from tests.apps.limited import SCHEMA
+
+    conn.execute(SCHEMA)
+    jobsup.enqueue_many(conn, [{"kind": "three", "payload": {"seconds": 0.3}}] * 6)
+    sup = start(procs=6, app="tests.apps.limited:app", env={"JOBSUP_LIMITS_DSN": dsn})
+    sup.wait_ready()
+    sup.wait_log("limit.declared")
+    time.sleep(0.5)
+    assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'running'").fetchone()[0] == 3
+
+
+def test_a_supervisor_whose_claim_protocol_is_too_old_stops_claiming_and_says_why(conn, dsn, start):
+    """What a later release's migration does to this one: the schema records a newer claim protocol;
+    within a heartbeat the supervisor stops claiming, logs why, and goes on finishing what it holds."""
+    sup = start(procs=1, app="tests.apps.limited:app", env={"JOBSUP_LIMITS_DSN": dsn})
+    sup.wait_ready()
+    conn.execute("UPDATE jobsup.compat SET oldest = %s, why = 'a test' WHERE name = 'claim'", [9])
+    sup.wait_log("claim.refused")
+    assert "requires claim protocol 9, this release speaks 8: a test" in sup.log()
+    job_id = jobsup.enqueue(conn, "free")
+    time.sleep(1.0)
+    assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [job_id]).fetchone() == ("queued",)
+    assert sup.stop() == 0
