@@ -114,7 +114,7 @@ async def aclaim(
     return await arun(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
 
 
-def _claim_limited_op(kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float) -> Op:
+def claim_limited_op(kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float) -> Op:
     def parse(rows: list[tuple]) -> tuple[list[Job], datetime | None]:
         jobs = [Job(*row[:-1]) for row in rows if row[0] is not None]
         wake = [row[-1] for row in rows if row[0] is None]
@@ -131,7 +131,7 @@ def claim_limited(
     a rate next lets one start (None: no rate holds a ready job back). By priority; within one, keys in
     turn. The limits hold across every claimer: claims of a kind run one at a time (its limits row is
     locked), and count what the kind and its keys hold from the rows themselves."""
-    return run(conn, _claim_limited_op(kinds, queues, limit, locked_by, lease))
+    return run(conn, claim_limited_op(kinds, queues, limit, locked_by, lease))
 
 
 async def aclaim_limited(
@@ -142,7 +142,7 @@ async def aclaim_limited(
     locked_by: str,
     lease: float,
 ) -> tuple[list[Job], datetime | None]:
-    return await arun(conn, _claim_limited_op(kinds, queues, limit, locked_by, lease))
+    return await arun(conn, claim_limited_op(kinds, queues, limit, locked_by, lease))
 
 
 def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:
@@ -166,7 +166,7 @@ def _held(jobs: Sequence[tuple[int, int]]) -> dict[str, list[int]]:
     return {"ids": [j[0] for j in jobs], "attempts": [j[1] for j in jobs]}
 
 
-def _complete_op(jobs: Sequence[tuple[int, int]], locked_by: str, return_values: Sequence[str | None] | None) -> Op:
+def complete_op(jobs: Sequence[tuple[int, int]], locked_by: str, return_values: Sequence[str | None] | None) -> Op:
     params = {
         **_held(jobs),
         "locked_by": locked_by,
@@ -183,7 +183,7 @@ def complete(
 ) -> list[int]:
     """Mark (id, attempt) pairs done, each with its return value (JSON text, or None), in one write;
     the ids that were still ours to complete."""
-    return run(conn, _complete_op(jobs, locked_by, return_values))
+    return run(conn, complete_op(jobs, locked_by, return_values))
 
 
 async def acomplete(
@@ -192,7 +192,7 @@ async def acomplete(
     locked_by: str,
     return_values: Sequence[str | None] | None = None,
 ) -> list[int]:
-    return await arun(conn, _complete_op(jobs, locked_by, return_values))
+    return await arun(conn, complete_op(jobs, locked_by, return_values))
 
 
 def _fail_op(failures: Sequence[Failure], locked_by: str, backoff_base: float, backoff_cap: float, jitter: float) -> Op:

@@ -75,6 +75,18 @@ async def arun(conn: psycopg.AsyncConnection[Any], op: Op) -> Any:
         return op.parse(await cur.fetchall())
 
 
+async def arun_together(conn: psycopg.AsyncConnection[Any], *ops: Op) -> list[Any]:
+    """`ops` in order, in one round trip: each statement sent before any answer is read (a pipeline).
+    Each is its own transaction on an autocommit connection, and sees what the ones before committed."""
+    async with conn.pipeline():
+        cursors = []
+        for op in ops:
+            cursor = conn.cursor()
+            await cursor.execute(STATEMENTS[op.name], op.params)
+            cursors.append(cursor)
+        return [op.parse(await cursor.fetchall()) for op, cursor in zip(ops, cursors, strict=True)]
+
+
 def one_row(row: R | None, name: str) -> R:
     """The row fetched from statement `name`, one that always returns a row (an aggregate, EXISTS, a
     SELECT without FROM): None there is a bug, named here rather than a TypeError on None further on.

@@ -15,6 +15,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from functools import partial
 
 import psycopg
@@ -22,6 +23,7 @@ import psycopg
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.db.sql import arun_together
 from jobsup.job import Job
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
@@ -188,6 +190,7 @@ class Dispatcher:
         self.limits_in_force: frozenset[str] = frozenset()
         self.limited_more = False  # a limited job may be claimable: a claim_limited is worth a round trip
         self.limited_held: set[int] = set()
+        self.limited_claiming = 0  # jobs asked of claims of limited kinds in flight, for idle workers
         self._freed: set[str] = set()
         self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
         # Records the app's limits before the first claim (supervisor/limits.py); None once done.
@@ -496,10 +499,18 @@ class Dispatcher:
             return 0
         if self.paused and self.paused.issuperset(self.config.queues):
             return 0
-        want = len(self.keeper.idle()) - len(self.prefetched)
-        if want <= 0 and self.duration < SHORT_JOB and not any(j.id in self.limited_held for j in self.prefetched):
+        want = len(self.keeper.idle()) - len(self.prefetched) - self.limited_claiming
+        if (
+            want <= 0
+            and not self.limited_claiming
+            and self.duration < SHORT_JOB
+            and not any(j.id in self.limited_held for j in self.prefetched)
+        ):
             want = 1
         return min(want, self.config.batch)
+
+    def _limited_prefetched(self) -> bool:
+        return any(j.id in self.limited_held for j in self.prefetched)
 
     async def _claim_limited(self, want: int) -> None:
         kinds = self.limited_kinds()
@@ -508,8 +519,10 @@ class Dispatcher:
             return
         pokes = self.pokes
         queues = [q for q in self.config.queues if q not in self.paused]
+        self.limited_claiming += want
         try:
             conn = await self.claims.connect()
+            await self._release_orphans(conn)
             jobs, wake = await lifecycle.aclaim_limited(conn, kinds, queues, want, self.id, self.config.lease)
         except LOST as exc:
             self.claims.drop(exc)
@@ -520,6 +533,11 @@ class Dispatcher:
                 self.refuse_claims(str(exc.diag.message_primary))
                 return
             raise
+        finally:
+            self.limited_claiming -= want
+        self._took_limited(jobs, wake, want, pokes)
+
+    def _took_limited(self, jobs: list[Job], wake: datetime | None, want: int, pokes: int) -> None:
         if len(jobs) < want and self.pokes == pokes:
             self.limited_more = False
         if wake is not None:
@@ -551,19 +569,18 @@ class Dispatcher:
             self.tally.claim_seconds.observe(time.perf_counter() - started)
         return jobs
 
+    async def _release_orphans(self, conn: psycopg.AsyncConnection) -> None:
+        if not self.orphans_possible:
+            return
+        released = await lifecycle.arelease_orphans(conn, self.id, list(self.held))
+        self.orphans_possible = False
+        if released:
+            self.log("jobs.released", reason="claim answer lost with the connection", count=len(released), ids=released)
+
     async def _claim_once(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         try:
             conn = await self.claims.connect()
-            if self.orphans_possible:
-                released = await lifecycle.arelease_orphans(conn, self.id, list(self.held))
-                self.orphans_possible = False
-                if released:
-                    self.log(
-                        "jobs.released",
-                        reason="claim answer lost with the connection",
-                        count=len(released),
-                        ids=released,
-                    )
+            await self._release_orphans(conn)
             # Paused queues are left out of the claim's list: no pause costs the claim nothing.
             queues = self.config.queues if not self.paused else [q for q in self.config.queues if q not in self.paused]
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
@@ -718,8 +735,12 @@ class Dispatcher:
             pairs = [(j.id, j.attempts) for j in chunk]
             # None when no job of the chunk returned anything: the write is then what it always was.
             values = [self.return_values.get(j.id) for j in chunk] if self.return_values else None
-            complete = partial(lifecycle.acomplete, jobs=pairs, locked_by=self.id, return_values=values)
-            written = await self._write(complete, deadline)
+            want = self._handoff_want(chunk)
+            if want:
+                written = await self._write(partial(self._complete_and_claim, pairs, values, want), deadline)
+            else:
+                complete = partial(lifecycle.acomplete, jobs=pairs, locked_by=self.id, return_values=values)
+                written = await self._write(complete, deadline)
             self.jobs_done += len(written)
             if self.tally is not None:
                 self._tally_written(chunk, written, "done")
@@ -727,6 +748,34 @@ class Dispatcher:
                 for job in chunk:
                     self.return_values.pop(job.id, None)
             self._forget(chunk, written, "done")
+
+    def _handoff_want(self, chunk: list[Job]) -> int:
+        """How many limited jobs to claim in the round trip that writes `chunk`: when it frees limited
+        slots, the workers that ran those jobs are idle, and the next jobs for them are claimed with the
+        write instead of a round trip after it (a limit's throughput is its slots' turnover)."""
+        if self.stopping or not self.limited_held or not any(j.id in self.limited_held for j in chunk):
+            return 0
+        self.limited_more = True
+        return self._limited_want()
+
+    async def _complete_and_claim(
+        self, pairs: list[tuple[int, int]], values: list[str | None] | None, want: int, conn: psycopg.AsyncConnection
+    ) -> list[int]:
+        queues = [q for q in self.config.queues if q not in self.paused]
+        self.limited_claiming += want
+        try:
+            written, (jobs, wake) = await arun_together(
+                conn,
+                lifecycle.complete_op(pairs, self.id, values),
+                lifecycle.claim_limited_op(self.limited_kinds(), queues, want, self.id, self.config.lease),
+            )
+        except LOST:
+            self.orphans_possible = True  # the claim may have committed unheard of
+            raise
+        finally:
+            self.limited_claiming -= want
+        self._took_limited(jobs, wake, want, self.pokes)
+        return written
 
     async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:
         for chunk in _chunks(failures):

@@ -1,0 +1,148 @@
+"""What limits cost: one supervisor of --procs 8 on a real PostgreSQL, draining no-op jobs.
+
+    .venv/bin/python -m benchmarks.bench_limits [--dsn DSN] [--runs 4] [--backlog 1000000] [--json PATH]
+
+  - limited_vs_unlimited: 20,000 no-op jobs of a kind without a limit, then with a concurrency limit of
+    64 (above what 8 workers hold), in alternating order, one pair per run; the ratio of each pair.
+  - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind waiting at
+    its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
+    the drain rate with the backlog over the median of the runs around it.
+
+The cost of limits to kinds that have none, against the release before them, is the supervisor
+benchmark run beside that release (docs/performance.md): limits change its claim by one filter.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks import scratch  # noqa: E402
+from benchmarks.bench_supervisor import bench_parser  # noqa: E402
+from jobsup import client  # noqa: E402
+from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
+from jobsup.ops import bench, limits  # noqa: E402
+
+NOOP_JOBS = 20_000
+HOLDER = "bench-limits:holder"  # the locked_by of the jobs that hold the backlog kind's slots
+
+
+def start_supervisor(dsn: str, procs: int) -> tuple[subprocess.Popen, psutil.Process]:
+    log = tempfile.NamedTemporaryFile("w+", prefix="jobsup-bench-limits-", suffix=".log", delete=False)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs), "--app", bench.APP],
+        env={**os.environ, "JOBSUP_BENCH_DSN": dsn},
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    with psycopg.connect(dsn, autocommit=True) as conn:
+
+        def all_idle() -> bool:
+            row = conn.execute(SQL["bench_workers"]).fetchone()
+            return row is not None and len(row[0]) == procs and all(w["state"] == "idle" for w in row[0])
+
+        bench.wait(all_idle, 60, "the workers")
+    return process, psutil.Process(process.pid)
+
+
+def drain_rate(conn: psycopg.Connection, sup: psutil.Process) -> float:
+    rate, _, _ = bench.throughput(conn, "noop", NOOP_JOBS, sup)
+    return rate
+
+
+def limited_vs_unlimited(conn: psycopg.Connection, sup: psutil.Process, runs: int) -> dict[str, float]:
+    ratios, unlimited, limited = [], [], []
+    for number in range(runs):
+        pair = {}
+        for with_limit in (False, True) if number % 2 == 0 else (True, False):
+            if with_limit:
+                limits.set_limits(conn, "noop", "bench", concurrency=64)
+            else:
+                limits.set_limits(conn, "noop", "bench", concurrency=None)
+            time.sleep(0.5)  # the supervisor hears the NOTIFY
+            pair[with_limit] = drain_rate(conn, sup)
+        limits.set_limits(conn, "noop", "bench", concurrency=None)
+        unlimited.append(pair[False])
+        limited.append(pair[True])
+        ratios.append(pair[True] / pair[False])
+        print(f"pair {number + 1}: unlimited {pair[False]:,.0f}/s, limited to 64 {pair[True]:,.0f}/s", flush=True)
+    return {
+        "noop_unlimited_per_s": statistics.median(unlimited),
+        "noop_limited_64_per_s": statistics.median(limited),
+        "limited_64_vs_unlimited": statistics.median(ratios),
+    }
+
+
+def with_backlog(conn: psycopg.Connection, sup: psutil.Process, runs: int, backlog: int) -> dict[str, float]:
+    before = [drain_rate(conn, sup) for _ in range(runs)]
+    print("without a backlog: " + ", ".join(f"{r:,.0f}/s" for r in before), flush=True)
+    limits.set_limits(conn, "sleep_1ms", "bench", concurrency=2)
+    held = client.enqueue_many(conn, [{"kind": "sleep_1ms"}] * 2)
+    conn.execute(
+        "SELECT set_config('jobsup.claim_protocol', '8', false)"  # a claim's, as the schema asks
+    )
+    conn.execute(
+        "UPDATE jobsup.jobs SET status = 'running', attempts = 1, locked_by = %s, started_at = now(),"
+        " locked_until = now() + interval '1 day' WHERE id = ANY(%s)",
+        [HOLDER, held],
+    )
+    started = time.perf_counter()
+    for offset in range(0, backlog, 50_000):
+        with conn.transaction():
+            client.enqueue_many(conn, [{"kind": "sleep_1ms"}] * min(50_000, backlog - offset))
+    conn.execute("VACUUM ANALYZE jobsup.jobs")
+    print(f"{backlog:,} sleep_1ms jobs waiting at a limit of 2, in {time.perf_counter() - started:.0f} s", flush=True)
+    during = [drain_rate(conn, sup) for _ in range(runs)]
+    print("with the backlog: " + ", ".join(f"{r:,.0f}/s" for r in during), flush=True)
+    waiting = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE kind = 'sleep_1ms' AND status = 'queued'")
+    assert waiting.fetchone()[0] == backlog  # nothing of it ran: the limit held
+    conn.execute("DELETE FROM jobsup.jobs WHERE kind = 'sleep_1ms'")
+    limits.set_limits(conn, "sleep_1ms", "bench", concurrency=None)
+    conn.execute("VACUUM ANALYZE jobsup.jobs")
+    after = [drain_rate(conn, sup) for _ in range(runs)]
+    print("without it again: " + ", ".join(f"{r:,.0f}/s" for r in after), flush=True)
+    baseline = statistics.median(before + after)
+    return {
+        "noop_without_backlog_per_s": baseline,
+        "noop_with_backlog_per_s": statistics.median(during),
+        "with_backlog_vs_without": statistics.median(during) / baseline,
+    }
+
+
+def main() -> int:
+    parser = bench_parser(__doc__, 4)
+    parser.add_argument("--backlog", type=int, default=1_000_000, help="jobs waiting at the limit (default 1,000,000)")
+    parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog")
+    args = parser.parse_args()
+    figures: dict[str, float] = {}
+    with scratch.empty(args.dsn, "jobsup-bench-limits-") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
+        process, sup = start_supervisor(dsn, args.procs)
+        try:
+            if "limited" in args.only:
+                figures.update(limited_vs_unlimited(conn, sup, args.runs))
+            if "backlog" in args.only:
+                figures.update(with_backlog(conn, sup, max(2, args.runs // 2), args.backlog))
+        finally:
+            process.terminate()
+            process.wait(60)
+    for name, value in figures.items():
+        print(f"{name}: {value:,.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
