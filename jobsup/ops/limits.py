@@ -118,7 +118,8 @@ def _change(conn, kind, by, values, declares: Limits | None = None) -> Change | 
         if before.limited != after.limited:
             cur.execute(SQL["limit_mark_jobs"], {"kind": kind, "limited": after.limited})
         if before != after or declares is None:
-            cur.execute(SQL["limit_notify"], {"kind": kind, "limited": after.limited})
+            keyed = after.key_concurrency is not None or after.key_rate is not None
+            cur.execute(SQL["limit_notify"], {"kind": kind, "limited": after.limited, "keyed": keyed})
     if after.limited and not before.limited:
         _mark_late_inserts(conn, kind)
     return Change(kind, before, after, declared=declares, set_by=set_by)
@@ -162,5 +163,10 @@ def list_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
 
 def in_force(conn: psycopg.Connection) -> list[str]:
     """The kinds with a limit in force, sorted."""
-    row = conn.execute(SQL["limits_in_force"]).fetchone()
-    return list(row[0]) if row else []
+    return kinds_in_force(conn)[0]
+
+
+def kinds_in_force(conn: psycopg.Connection) -> tuple[list[str], list[str]]:
+    """The kinds with a limit in force, and those of them with per-key limits, sorted."""
+    row = one_row(conn.execute(SQL["limits_in_force"]).fetchone(), "limits_in_force")
+    return list(row[0]), list(row[1])

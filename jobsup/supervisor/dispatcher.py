@@ -13,7 +13,7 @@ import heapq
 import json
 import math
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping
 from datetime import datetime
 from functools import partial
@@ -188,10 +188,11 @@ class Dispatcher:
         # channel), whose jobs only claim_limited takes; held jobs of those kinds; kinds of which this
         # supervisor wrote an outcome since the last flush (a slot freed: others may claim).
         self.limits_in_force: frozenset[str] = frozenset()
+        self.keyed_limits: frozenset[str] = frozenset()  # those of them with per-key limits
         self.limited_more = False  # a limited job may be claimable: a claim_limited is worth a round trip
         self.limited_held: set[int] = set()
         self.limited_claiming = 0  # jobs asked of claims of limited kinds in flight, for idle workers
-        self._freed: set[str] = set()
+        self._freed: Counter[str] = Counter()  # slots freed by our outcome writes not yet taken again, by kind
         self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
         # Records the app's limits before the first claim (supervisor/limits.py); None once done.
         self.declaration: Declaration | None = None
@@ -289,8 +290,11 @@ class Dispatcher:
             return True
         if isinstance(note.get("limit"), str) and isinstance(note.get("limited"), bool):
             kind = note["limit"]
-            kinds = self.limits_in_force
-            self.set_limits_in_force(kinds | {kind} if note["limited"] else kinds - {kind})
+            kinds, keyed = self.limits_in_force, self.keyed_limits
+            self.set_limits_in_force(
+                kinds | {kind} if note["limited"] else kinds - {kind},
+                keyed | {kind} if note.get("keyed") else keyed - {kind},
+            )
             self.log("limit.changed", kind=kind, limited=note["limited"])
             self.poke()
             return True
@@ -388,9 +392,11 @@ class Dispatcher:
         self.pokes += 1
         self.claim_wakeup.set()
 
-    def set_limits_in_force(self, kinds: Iterable[str]) -> None:
-        """The kinds with a limit in force, as the database says (a heartbeat, a NOTIFY)."""
+    def set_limits_in_force(self, kinds: Iterable[str], keyed: Iterable[str] = ()) -> None:
+        """The kinds with a limit in force, and those of them with per-key limits, as the database says
+        (a heartbeat, a NOTIFY)."""
         kinds = frozenset(kinds)
+        self.keyed_limits = frozenset(keyed)
         if kinds - self.limits_in_force:
             self.limited_more = True
             self.claim_wakeup.set()
@@ -437,7 +443,7 @@ class Dispatcher:
                     await asyncio.sleep(RETRY_DECLARATION)
                     continue
                 self.declaration = None
-                self.set_limits_in_force(in_force)
+                self.set_limits_in_force(*in_force)
             self.rate.sample(loop.time(), self.finished)
             claimed = False
             want = self.capacity()
@@ -723,9 +729,15 @@ class Dispatcher:
             self.cancel_buffer[:0] = cancels
 
     async def _slots_freed(self, deadline: float | None) -> None:
-        """Outcomes of limited jobs were written: their slots are free. Claim at once (our workers that
-        ran them are idle), and tell the other supervisors, whose idle workers may be waiting for one."""
-        kinds, self._freed = sorted(self._freed), set()
+        """Outcomes of limited jobs were written and freed slots that the claim sent with the write did
+        not take again (none of our workers was idle, or nothing of ours was ready): claim at the next
+        chance, and tell the other supervisors, whose idle workers may be waiting for one."""
+        # A slot of a kind with per-key limits that we took again may have been another key's: its next
+        # job may be claimable by an idle worker elsewhere.
+        kinds = sorted(kind for kind, count in self._freed.items() if count > 0 or kind in self.keyed_limits)
+        self._freed.clear()
+        if not kinds:
+            return
         self.limited_more = True
         self.claim_wakeup.set()
         await self.writes.run(lambda c: c.execute(SQL["limit_slots_freed"], {"kinds": kinds}), deadline=deadline)
@@ -762,6 +774,7 @@ class Dispatcher:
         self, pairs: list[tuple[int, int]], values: list[str | None] | None, want: int, conn: psycopg.AsyncConnection
     ) -> list[int]:
         queues = [q for q in self.config.queues if q not in self.paused]
+        pokes = self.pokes
         self.limited_claiming += want
         try:
             written, (jobs, wake) = await arun_together(
@@ -774,7 +787,9 @@ class Dispatcher:
             raise
         finally:
             self.limited_claiming -= want
-        self._took_limited(jobs, wake, want, self.pokes)
+        for job in jobs:
+            self._freed[job.kind] -= 1  # a slot this write frees, taken again at once: no one need be told
+        self._took_limited(jobs, wake, want, pokes)
         return written
 
     async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:
@@ -896,7 +911,7 @@ class Dispatcher:
                 self.cancelling.pop(job.id, None)
             if self.limited_held and job.id in self.limited_held:
                 self.limited_held.discard(job.id)
-                self._freed.add(job.kind)
+                self._freed[job.kind] += 1
         if lost:
             # Fenced out: the lease lapsed and the reaper (or another supervisor) has the job now.
             self.log("lease.lost", "warning", outcome=what, count=len(lost), ids=lost)

@@ -90,18 +90,18 @@ class Heartbeat:
             "jobs_done": d.jobs_done,
         }
 
-        async def write(conn: psycopg.AsyncConnection) -> tuple[list[str], list[str], int, str]:
+        async def write(conn: psycopg.AsyncConnection) -> tuple[list[str], list[str], list[str], int, str]:
             cur = await conn.execute(SQL["heartbeat"], params)
             row = await cur.fetchone()
             assert row is not None  # an upsert with RETURNING returns its row, inserted or updated
-            return row[0], row[1], row[2], row[3]
+            return row[0], row[1], row[2], row[3], row[4]
 
         notes = d.pause_notes
-        paused, limited, oldest_protocol, why = await self.link.run(write, deadline=deadline)
+        paused, limited, keyed, oldest_protocol, why = await self.link.run(write, deadline=deadline)
         self.reached_db = asyncio.get_running_loop().time()
         if state == "running":  # the backstops of the pause and limit NOTIFYs
             d.paused_read(paused, notes)
-            d.set_limits_in_force(limited)
+            d.set_limits_in_force(limited, keyed)
         if oldest_protocol is not None and oldest_protocol > CLAIM_PROTOCOL:
             d.refuse_claims(
                 f"the schema requires claim protocol {oldest_protocol}, this release speaks {CLAIM_PROTOCOL}: {why}"

@@ -28,9 +28,10 @@ class Declaration:
         self.id = supervisor_id
         self.keeper = keeper
 
-    async def record(self) -> frozenset[str] | None:
-        """Record the app's limits; the kinds with a limit in force after it, or None if the database
-        could not take it (logged; the caller tries again after RETRY)."""
+    async def record(self) -> tuple[list[str], list[str]] | None:
+        """Record the app's limits; the kinds with a limit in force after it and those of them with
+        per-key limits, or None if the database could not take it (logged; the caller tries again after
+        RETRY)."""
         try:
             changes, in_force = await asyncio.to_thread(self._record)
         except (psycopg.Error, OSError) as exc:
@@ -48,12 +49,12 @@ class Declaration:
                 )
             elif change.before != change.after:
                 self.log("limit.declared", kind=change.kind, limits=str(change.after), was=str(change.before))
-        return frozenset(in_force)
+        return in_force
 
-    def _record(self) -> tuple[list[limits.Change], list[str]]:
+    def _record(self) -> tuple[list[limits.Change], tuple[list[str], list[str]]]:
         declared = {kind: Limits.from_json(kind, data) for kind, data in self.keeper.limits.items()}
         # A transaction pooler may hand each transaction to another server connection: no statement is
         # prepared on one.
         with connect(self.dsn, prepare_threshold=None) as conn:
             changes = limits.declare(conn, declared, self.keeper.kinds or (), self.id)
-            return changes, limits.in_force(conn)
+            return changes, limits.kinds_in_force(conn)

@@ -31,8 +31,10 @@ UPDATE jobsup.jobs SET limited = %(limited)s
 WHERE kind = %(kind)s AND status IN ('queued', 'running') AND limited <> %(limited)s
 
 -- name: limit_notify
--- Supervisors hear {"limit": kind, "limited": bool} and claim the kind through claim_limited or not.
-SELECT pg_notify('jobsup', json_build_object('limit', %(kind)s::text, 'limited', %(limited)s::boolean)::text)
+-- Supervisors hear {"limit": kind, "limited": bool, "keyed": bool} and claim the kind through
+-- claim_limited or not; keyed: it has per-key limits.
+SELECT pg_notify('jobsup', json_build_object('limit', %(kind)s::text, 'limited', %(limited)s::boolean,
+                                             'keyed', %(keyed)s::boolean)::text)
 
 -- name: limit_slots_freed
 -- A supervisor that wrote the outcomes of limited jobs: others with idle workers may claim them now.
@@ -58,8 +60,10 @@ SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.ke
 FROM jobsup.limits l ORDER BY l.kind
 
 -- name: limits_in_force
--- The kinds supervisors claim through claim_limited.
-SELECT coalesce(array_agg(kind ORDER BY kind), '{}') FROM jobsup.limits WHERE limited
+-- The kinds supervisors claim through claim_limited, and those of them with per-key limits.
+SELECT coalesce(array_agg(kind ORDER BY kind), '{}'),
+       coalesce(array_agg(kind ORDER BY kind) FILTER (WHERE coalesce(key_concurrency, key_rate) IS NOT NULL), '{}')
+FROM jobsup.limits WHERE limited
 
 -- name: limit_keys_prune
 -- Per-key rate states whose tat has passed allow a full burst, as no row does: the reaper drops them.

@@ -17,6 +17,8 @@ SET heartbeat_at = now(), state = excluded.state, workers = excluded.workers, jo
 -- supervisor whose own is older stops claiming.
 RETURNING (SELECT coalesce(array_agg(queue), '{}') FROM jobsup.queue_pauses),
           (SELECT coalesce(array_agg(kind), '{}') FROM jobsup.limits WHERE limited),
+          (SELECT coalesce(array_agg(kind), '{}') FROM jobsup.limits
+           WHERE limited AND (key_concurrency IS NOT NULL OR key_rate IS NOT NULL)),
           (SELECT oldest FROM jobsup.compat WHERE name = 'claim'),
           (SELECT why FROM jobsup.compat WHERE name = 'claim')
 
