@@ -789,6 +789,8 @@ class Dispatcher:
             self.limited_claiming -= want
         for job in jobs:
             self._freed[job.kind] -= 1  # a slot this write frees, taken again at once: no one need be told
+        # The writes link decodes JSON, the claims link leaves it as the text the workers parse.
+        jobs = [_as_claimed(job) for job in jobs]
         self._took_limited(jobs, wake, want, pokes)
         return written
 
@@ -961,6 +963,14 @@ class Dispatcher:
     def running(self) -> list[Job]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
         return [job for w in self.keeper.all_processes() for job in w.jobs]
+
+
+def _as_claimed(job: Job) -> Job:
+    """`job` with its payload and errors as JSON text, as a claim on the claims link returns them (the
+    Job of a claim there holds text where a handler's holds what it decodes to)."""
+    payload = None if job.payload is None else json.dumps(job.payload)
+    errors = None if job.errors is None else json.dumps(job.errors)
+    return Job._make((*job[:2], payload, *job[3:10], errors, *job[11:]))
 
 
 def _carrying(latency: dict[str, list], write):
