@@ -347,3 +347,29 @@ def test_a_supervisor_whose_claim_protocol_is_too_old_stops_claiming_and_says_wh
     time.sleep(1.0)
     assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [job_id]).fetchone() == ("queued",)
     assert sup.stop() == 0
+
+
+def test_a_supervisor_whose_workers_are_busy_takes_no_slot_from_one_whose_workers_are_idle(conn, dsn, start):
+    """Supervisor A's one worker runs a long job of another kind; B's two are idle. Limited jobs arrive
+    (limit 2): B runs both at once, and A holds no slot in its prefetch meanwhile."""
+    from tests.apps.limited import SCHEMA
+
+    conn.execute(SCHEMA)
+    env = {"JOBSUP_LIMITS_DSN": dsn}
+    busy = start(procs=1, app="tests.apps.limited:app", env=env)
+    busy.wait_ready()
+    long_one = jobsup.enqueue(conn, "free", {"seconds": 15})
+    wait_for(lambda: conn.execute("SELECT count(*) FROM limit_runs").fetchone()[0] == 1, message="the long job")
+    idle = start(procs=2, app="tests.apps.limited:app", env=env)
+    idle.wait_ready()
+    limits.set_limits(conn, "per_key", "test", concurrency=2)
+    jobsup.enqueue_many(conn, [{"kind": "per_key", "payload": {"seconds": 0.5}, "key": f"k{n}"} for n in range(4)])
+    wait_for(lambda: status_counts(conn).get("done", 0) >= 4, timeout=20, message="the limited jobs")
+    holders = conn.execute("SELECT DISTINCT locked_by FROM jobsup.jobs WHERE kind = 'per_key'").fetchall()
+    assert {h for (h,) in holders} == {idle_id(conn, idle)}
+    assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [long_one]).fetchone() == ("running",)
+    assert max_overlap(conn) - 1 == 2  # the long job and two limited ones at once
+
+
+def idle_id(conn, sup) -> str:
+    return conn.execute("SELECT id FROM jobsup.supervisors WHERE pid = %s", [sup.pid]).fetchone()[0]
