@@ -192,6 +192,7 @@ class Dispatcher:
         self.limited_more = False  # a limited job may be claimable: a claim_limited is worth a round trip
         self.limited_held: set[int] = set()
         self.limited_claiming = 0  # jobs asked of claims of limited kinds in flight, for idle workers
+        self.limited_room = 0  # how many the last claim of limited kinds that limits cut short took
         self._freed: Counter[str] = Counter()  # slots freed by our outcome writes not yet taken again, by kind
         self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
         # Records the app's limits before the first claim (supervisor/limits.py); None once done.
@@ -478,7 +479,10 @@ class Dispatcher:
                 if jobs is not None:
                     self._take(jobs)
             limited_want = self._limited_want()
-            if limited_want > 0:
+            # For short jobs, as for the claim above, a good share at once; but a limit caps what may be
+            # held, and waiting for half a prefetch that the limit never lets fill would claim a limited
+            # kind in lockstep: all of its slots, then none until all are free.
+            if limited_want >= min(threshold, max(1, self.limited_room // 4)):
                 claimed = True
                 await self._claim_limited(limited_want)
             if claimed:
@@ -499,24 +503,17 @@ class Dispatcher:
     def _limited_want(self) -> int:
         """How many limited jobs to claim now: one per idle worker that no prefetched job will take, so
         a slot is held only by a job about to start, never by one waiting in a prefetch while another
-        supervisor's workers are idle. Under a stream of short jobs (no worker idle for long), one
-        limited job at a time, at the head of the prefetch: it starts when the next worker frees."""
+        supervisor's workers are idle. Short jobs (under SHORT_JOB) start moments after their claim
+        wherever they wait, so for them the prefetch is filled as for jobs without limits: a kind
+        limited to 64 is then claimed in batches, not one job per round trip."""
         if not (self.limited_more and self.limits_in_force and self.keeper.ever_ready) or self.refused is not None:
             return 0
         if self.paused and self.paused.issuperset(self.config.queues):
             return 0
+        if self.duration < SHORT_JOB:
+            return max(0, self.capacity() - self.limited_claiming)
         want = len(self.keeper.idle()) - len(self.prefetched) - self.limited_claiming
-        if (
-            want <= 0
-            and not self.limited_claiming
-            and self.duration < SHORT_JOB
-            and not any(j.id in self.limited_held for j in self.prefetched)
-        ):
-            want = 1
         return min(want, self.config.batch)
-
-    def _limited_prefetched(self) -> bool:
-        return any(j.id in self.limited_held for j in self.prefetched)
 
     async def _claim_limited(self, want: int) -> None:
         kinds = self.limited_kinds()
@@ -544,8 +541,12 @@ class Dispatcher:
         self._took_limited(jobs, wake, want, pokes)
 
     def _took_limited(self, jobs: list[Job], wake: datetime | None, want: int, pokes: int) -> None:
-        if len(jobs) < want and self.pokes == pokes:
-            self.limited_more = False
+        if len(jobs) < want:  # what the limits let it take: about the room they leave a claim
+            self.limited_room = len(jobs)
+            if self.pokes == pokes:
+                self.limited_more = False
+        else:
+            self.limited_room = max(self.limited_room, len(jobs))
         if wake is not None:
             self.note_run_at(wake.timestamp())
         if not jobs:
