@@ -373,3 +373,31 @@ def test_a_supervisor_whose_workers_are_busy_takes_no_slot_from_one_whose_worker
 
 def idle_id(conn, sup) -> str:
     return conn.execute("SELECT id FROM jobsup.supervisors WHERE pid = %s", [sup.pid]).fetchone()[0]
+
+
+def test_a_supervisor_refused_mid_stream_finishes_what_it_holds_and_claims_no_more(conn, dsn, start):
+    """A later schema that requires a newer claim protocol, applied while limited jobs flow: the
+    supervisor's claims (those sent with its outcome writes too) are refused; it says why, stops
+    claiming, and every job it had claimed still ends done."""
+    from tests.apps.limited import SCHEMA
+
+    conn.execute(SCHEMA)
+    sup = start(procs=3, app="tests.apps.limited:app", env={"JOBSUP_LIMITS_DSN": dsn})
+    sup.wait_ready()
+    jobsup.enqueue_many(conn, [{"kind": "three", "payload": {"seconds": 0.05}}] * 400)
+    wait_for(lambda: status_counts(conn).get("done", 0) >= 20, message="jobs flowing")
+    with conn.transaction():
+        conn.execute("DROP TRIGGER jobs_claim_protocol ON jobsup.jobs")
+        conn.execute(
+            "CREATE TRIGGER jobs_claim_protocol BEFORE UPDATE OF status ON jobsup.jobs FOR EACH ROW"
+            " WHEN (NEW.status = 'running' AND OLD.status = 'queued'"
+            " AND coalesce(nullif(current_setting('jobsup.claim_protocol', true), ''), '0')::int < 9)"
+            " EXECUTE FUNCTION jobsup.refuse_old_claim()"
+        )
+    sup.wait_log("claim.refused")
+    wait_for(lambda: status_counts(conn).get("running", 0) == 0, message="what it held, finished")
+    counts = status_counts(conn)
+    assert counts.get("dead", 0) == 0 and counts["done"] + counts["queued"] == 400
+    done = counts["done"]
+    time.sleep(0.5)
+    assert status_counts(conn)["done"] == done  # and nothing more claimed

@@ -766,7 +766,7 @@ class Dispatcher:
         """How many limited jobs to claim in the round trip that writes `chunk`: when it frees limited
         slots, the workers that ran those jobs are idle, and the next jobs for them are claimed with the
         write instead of a round trip after it (a limit's throughput is its slots' turnover)."""
-        if self.stopping or not self.limited_held or not any(j.id in self.limited_held for j in chunk):
+        if self.stopping or self.refused or not self.limited_held or not any(j.id in self.limited_held for j in chunk):
             return 0
         self.limited_more = True
         return self._limited_want()
@@ -786,6 +786,13 @@ class Dispatcher:
         except LOST:
             self.orphans_possible = True  # the claim may have committed unheard of
             raise
+        except psycopg.Error as exc:
+            if exc.sqlstate != lifecycle.CLAIM_REFUSED:
+                raise
+            # The schema refuses our claims now: stop claiming, and write the outcomes alone (a write
+            # is fenced, so one the pipeline applied already changes nothing the second time).
+            self.refuse_claims(str(exc.diag.message_primary))
+            return await lifecycle.acomplete(conn, pairs, self.id, values)
         finally:
             self.limited_claiming -= want
         for job in jobs:
