@@ -63,7 +63,7 @@ class Rate:
         """A rate from "N/unit" or "N/<number><unit>" (units s, m, h, d, or their names), or BadInput
         naming `what`."""
         if isinstance(text, Rate):
-            return text if burst is None else cls(text.count, text.period, whole(burst, f"{what}'s burst"))
+            return text if burst is None else cls(text.count, text.period, whole(burst, f"burst of {what}"))
         match = _RATE.match(text.lower()) if isinstance(text, str) else None
         name = match.group(3) if match else ""
         unit = _UNITS.get(name) or (_UNITS.get(name[:-1]) if len(name) > 3 and name.endswith("s") else None)
@@ -75,7 +75,7 @@ class Rate:
         count, per = int(match.group(1)), float(match.group(2) or 1)
         if not 1 <= count <= _INT_MAX or per <= 0:
             raise BadInput(f"{what} {text!r} allows no start: give at least 1 per a period longer than 0")
-        return cls(count, per * unit, 1 if burst is None else whole(burst, f"{what}'s burst"))
+        return cls(count, per * unit, 1 if burst is None else whole(burst, f"burst of {what}"))
 
     def __str__(self) -> str:
         for name, seconds in (("d", 86400.0), ("h", 3600.0), ("m", 60.0), ("s", 1.0)):

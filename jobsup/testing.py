@@ -38,7 +38,7 @@ from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Outcome, Snoo
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
 from jobsup.job import Job
-from jobsup.ops.limits import in_force
+from jobsup.ops.limits import declare, in_force
 from jobsup.outcomes import Answer
 
 # What a drained job's lease is: the drain writes each outcome right after its run, so only a handler
@@ -112,6 +112,9 @@ def drain(
         target = _target_of(app) if processes else ""
     locked_by = f"jobsup.testing:{os.getpid()}"
     kinds = None if app.finds_kinds else list(app.handlers)
+    # As a supervisor does before its first claim: the limits the app declares are those in force
+    # (unless an operator's win), so a test's drain obeys them without a supervisor ever having run.
+    declare(conn, {kind: h.limits for kind, h in app.handlers.items()}, app.handlers, locked_by)
     runs = Drained()
     runner: _Inline | _Processes = _Processes(target, timeout) if processes else _Inline(app)
     try:

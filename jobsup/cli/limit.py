@@ -104,5 +104,5 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         limits = Limits.from_json(row["kind"], row["limits"])
         source = f"set by {row['set_by']}" if row["set_by"] else f"declared by {row['declared_by'] or '?'}"
-        waiting = "10000+" if row["waiting"] > 10000 else str(row["waiting"])
+        waiting = "10,000+" if row["waiting"] > 10000 else f"{row['waiting']:,}"
         print(f"{row['kind']}: {limits}; {source}; held {row['held']}, waiting {waiting}")

@@ -80,6 +80,8 @@ def reset(conn: psycopg.Connection, kind: str, by: str) -> Change:
     def values(row: Mapping[str, Any] | None) -> tuple[Limits, str | None]:
         return Limits.from_json(kind, row["declared"] if row else None), None
 
+    if not any(row["kind"] == kind for row in list_limits(conn)):
+        raise BadInput(f"kind {kind!r} has no limits to reset: neither an app nor an operator has set any")
     change = _change(conn, kind, by, values)
     assert change is not None
     return change
@@ -115,19 +117,25 @@ def _change(conn, kind, by, values, declares: Limits | None = None) -> Change | 
                 return Change(kind, before, before, declared=declares, set_by=row["set_by"])
         after, set_by = values(row)
         cur.execute(SQL["limit_write"], {"kind": kind, "set_by": set_by, **after.columns()})
+        if after.key_rate is None:
+            cur.execute(SQL["limit_keys_forget"], {"kind": kind})
+        elif after.key_rate != before.key_rate:
+            cur.execute(SQL["limit_keys_clamp"], {"kind": kind, **after.columns()})
         if before.limited != after.limited:
             cur.execute(SQL["limit_mark_jobs"], {"kind": kind, "limited": after.limited})
         if before != after or declares is None:
             keyed = after.key_concurrency is not None or after.key_rate is not None
             cur.execute(SQL["limit_notify"], {"kind": kind, "limited": after.limited, "keyed": keyed})
-    if after.limited and not before.limited:
-        _mark_late_inserts(conn, kind)
+    if after.limited != before.limited:
+        _mark_late_inserts(conn, kind, after.limited)
     return Change(kind, before, after, declared=declares, set_by=set_by)
 
 
-def _mark_late_inserts(conn: psycopg.Connection, kind: str) -> None:
-    """Mark jobs of `kind` that transactions begun before the limit existed insert after it committed:
-    wait (a few seconds at most) until none of those is open, then mark what they left unmarked."""
+def _mark_late_inserts(conn: psycopg.Connection, kind: str, limited: bool) -> None:
+    """Mark (or unmark) the jobs of `kind` that transactions begun before its first limit was set (its
+    last removed) insert after that committed, as their insert trigger saw the limits before: wait (a
+    few seconds at most) until none of those is open, then mark what they left as it was. Unmarked,
+    a limited job would be claimed past its limit; left marked, no claim would take it at all."""
     deadline = time.monotonic() + OLDER_WRITERS_WAIT
     since = one_row(conn.execute("SELECT clock_timestamp()").fetchone(), "clock_timestamp")[0]
     while time.monotonic() < deadline:
@@ -136,7 +144,7 @@ def _mark_late_inserts(conn: psycopg.Connection, kind: str) -> None:
             break
         time.sleep(0.05)
     with conn.transaction():
-        conn.execute(SQL["limit_mark_jobs"], {"kind": kind, "limited": True})
+        conn.execute(SQL["limit_mark_jobs"], {"kind": kind, "limited": limited})
 
 
 def list_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 -- Statements of `jobsup top` (jobsup/monitor/source.py) beyond the shared figures of snapshot.sql;
 -- dead_jobs and dead_groups are `jobsup stats`' too (jobsup/ops/snapshot.py, with no match). Each reads
 -- the partial index of dead jobs, the events index, one job by its id or nothing, so a refresh costs the
--- same with a million finished jobs as with none.
+-- same with a million finished jobs as with none; those of the last minute are read for done/min and the
+-- starts of limited kinds.
 -- %(match)s narrows to jobs whose kind or queue contains it, ignoring case; NULL matches every job.
 
 -- name: console_clock
@@ -55,7 +56,7 @@ ORDER BY id
 
 -- name: job
 SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, locked_until, locked_by, done_at, last_error, errors, unique_key
+       started_at, locked_until, locked_by, done_at, last_error, errors, unique_key, key, limited
 FROM jobsup.jobs WHERE id = %(id)s
 
 -- name: console_reaper_passes
@@ -69,3 +70,82 @@ SELECT floor(extract(epoch FROM now() - at) / 60)::int AS minutes_ago, sum(count
 FROM jobsup.events
 WHERE action = 'reaped' AND at > now() - make_interval(mins => %(minutes)s::int)
 GROUP BY 1
+
+-- name: console_limit_keys
+-- The Limits tab's figures beyond limited_kinds (snapshot.sql): the starts of each limited kind within
+-- its rate's period, and its busiest keys. Rows with `whole_kind` carry a kind's starts; the others are
+-- its %(keys)s busiest keys (by held, then waiting, then starts), ranked by `n`.
+--
+-- A start is a job's started_at within the period, capped at a minute: among the held jobs (the index of
+-- held jobs) and the jobs finished since (a minute's range of the index of finished jobs, what the
+-- header's done/min reads). A period longer than a minute is counted over its last minute; a failed
+-- attempt waiting for its retry is not counted, since only a read of the kind's whole backlog finds it.
+-- A key's starts are counted within its key_rate's period, alike.
+--
+-- A key's held jobs come from the index of held jobs; its waiting jobs (and the oldest of them) from the
+-- first %(counted)s entries of the kind's waiting jobs, as limited_kinds counts them, so a key whose
+-- jobs come later in that index (a lower priority, a later name) may show fewer waiting than it has.
+-- `keys_seen` counts the keys these reads found.
+WITH l AS (
+    SELECT kind, least(coalesce(period, 60), 60) AS span, least(coalesce(key_period, 60), 60) AS key_span
+    FROM jobsup.limits WHERE limited
+), started AS (
+    SELECT j.kind, j.key, extract(epoch FROM now() - j.started_at) AS ago
+    FROM jobsup.jobs j JOIN l ON l.kind = j.kind
+    WHERE j.status = 'running' AND j.limited AND j.started_at > now() - interval '60 seconds'
+    UNION ALL
+    SELECT j.kind, j.key, extract(epoch FROM now() - j.started_at)
+    FROM jobsup.jobs j JOIN l ON l.kind = j.kind
+    WHERE j.status IN ('done', 'dead', 'cancelled') AND j.done_at > now() - interval '60 seconds'
+      AND j.started_at > now() - interval '60 seconds'
+), starts AS (
+    SELECT s.kind, s.key, GROUPING(s.key) = 1 AS whole_kind,
+           count(*) FILTER (WHERE s.ago < l.span) AS kind_starts,
+           count(*) FILTER (WHERE s.ago < l.key_span) AS key_starts
+    FROM started s JOIN l ON l.kind = s.kind
+    GROUP BY GROUPING SETS ((s.kind), (s.kind, s.key))
+), held AS (
+    SELECT j.kind, j.key, count(*) AS held
+    FROM jobsup.jobs j JOIN l ON l.kind = j.kind
+    WHERE j.status = 'running' AND j.limited AND j.key IS NOT NULL
+    GROUP BY j.kind, j.key
+), waiting AS (
+    SELECT l.kind, w.key, count(*) AS waiting, min(w.run_at) AS oldest
+    FROM l CROSS JOIN LATERAL (
+        SELECT j.key, j.run_at FROM jobsup.jobs j
+        WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
+        ORDER BY j.priority DESC, j.key, j.run_at, j.id
+        LIMIT %(counted)s) w
+    WHERE w.key IS NOT NULL
+    GROUP BY l.kind, w.key
+), key_jobs AS (
+    SELECT coalesce(h.kind, w.kind) AS kind, coalesce(h.key, w.key) AS key, coalesce(h.held, 0) AS held,
+           coalesce(w.waiting, 0) AS waiting, w.oldest
+    FROM held h FULL JOIN waiting w ON w.kind = h.kind AND w.key = h.key
+), ranked AS (
+    SELECT coalesce(k.kind, s.kind) AS kind, coalesce(k.key, s.key) AS key, coalesce(k.held, 0) AS held,
+           coalesce(k.waiting, 0) AS waiting, k.oldest, coalesce(s.key_starts, 0) AS starts
+    FROM key_jobs k
+    FULL JOIN (SELECT * FROM starts WHERE NOT whole_kind AND key IS NOT NULL AND key_starts > 0) s
+           ON s.kind = k.kind AND s.key = k.key
+)
+SELECT r.kind, r.key, false AS whole_kind, r.n, r.held, r.waiting,
+       extract(epoch FROM now() - r.oldest)::float8 AS throttled_age, r.starts, r.keys_seen
+FROM (SELECT ranked.*,
+             row_number() OVER (PARTITION BY kind ORDER BY held DESC, waiting DESC, starts DESC, key) AS n,
+             count(*) OVER (PARTITION BY kind) AS keys_seen
+      FROM ranked) r
+WHERE r.n <= %(keys)s
+UNION ALL
+SELECT s.kind, NULL, true, 0, NULL, NULL, NULL, s.kind_starts, NULL FROM starts s WHERE s.whole_kind
+ORDER BY 1, 4
+
+-- name: console_limit_next_waiting
+-- The first waiting job of a limited kind (of one key, if given) in the order of the index of waiting
+-- jobs (priority, key, run_at), for Enter on the Limits tab: the job screen says why it waits. Read on
+-- a key press, not per refresh: a key far into a deep backlog costs a scan up to its first entry.
+SELECT id FROM jobsup.jobs
+WHERE kind = %(kind)s AND status = 'queued' AND limited AND run_at <= now()
+  AND (%(key)s::text IS NULL OR key = %(key)s::text)
+ORDER BY priority DESC, key, run_at, id
+LIMIT 1

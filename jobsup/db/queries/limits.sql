@@ -16,9 +16,20 @@ UPDATE jobsup.limits
 SET concurrency = %(concurrency)s, rate = %(rate)s, period = %(period)s, burst = %(burst)s,
     key_concurrency = %(key_concurrency)s, key_rate = %(key_rate)s, key_period = %(key_period)s,
     key_burst = %(key_burst)s, set_by = %(set_by)s, set_at = CASE WHEN %(set_by)s::text IS NULL THEN NULL ELSE now() END,
-    -- A rate's state outlives a change of it (a lower rate slows at once); a rate removed forgets it.
-    tat = CASE WHEN %(rate)s::int IS NULL THEN NULL ELSE tat END
+    -- A rate's state outlives a change of it (a lower rate slows at once), but its next start is never
+    -- further off than one interval of the new rate (a mistaken 1/d, corrected, must not hold the kind
+    -- for a day); a rate removed forgets it.
+    tat = CASE WHEN %(rate)s::int IS NULL OR tat IS NULL THEN NULL
+               ELSE least(tat, now() + make_interval(secs => %(period)s::float8 / %(rate)s::int)) END
 WHERE kind = %(kind)s
+
+-- name: limit_keys_clamp
+-- The per-key rates' next starts, never further off than one interval of a new key rate.
+UPDATE jobsup.limit_keys SET tat = now() + make_interval(secs => %(key_period)s::float8 / %(key_rate)s::int)
+WHERE kind = %(kind)s AND tat > now() + make_interval(secs => %(key_period)s::float8 / %(key_rate)s::int)
+
+-- name: limit_keys_forget
+DELETE FROM jobsup.limit_keys WHERE kind = %(kind)s
 
 -- name: limit_declared
 UPDATE jobsup.limits SET declared = %(declared)s, declared_by = %(by)s, declared_at = now() WHERE kind = %(kind)s
@@ -46,6 +57,7 @@ SELECT pg_notify('jobsup', json_build_object('slots', %(kinds)s::text[])::text)
 -- sees only its own sessions' transactions; jobs are inserted as that role, as a rule.)
 SELECT count(*) FROM pg_stat_activity
 WHERE xact_start < %(since)s AND backend_xid IS NOT NULL AND pid <> pg_backend_pid()
+  AND datname = current_database()
 
 -- name: limits_list
 -- Every kind with a row: its values in force, what the app declared, who set them, and what it holds

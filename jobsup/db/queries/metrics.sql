@@ -1,5 +1,6 @@
 -- Alerts: `jobsup check` (jobsup/ops/check.py) and the queue-wide exporter of `jobsup metrics`
--- (jobsup/ops/metrics.py). Both read oldest_ready of snapshot.sql too, and the exporter live_counts.
+-- (jobsup/ops/metrics.py). Both read oldest_ready and limited_kinds of snapshot.sql too, and the exporter
+-- live_counts.
 
 -- name: check_figures
 -- The design's three alerts in one row: the oldest ready job's age per queue comes from oldest_ready;
