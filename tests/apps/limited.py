@@ -42,8 +42,7 @@ def _conn_() -> psycopg.Connection:
 def _run(job: Job) -> None:
     conn = _conn_()
     conn.execute(
-        "INSERT INTO limit_runs (job_id, attempt, kind, key, pid) VALUES (%s, %s, %s, %s, %s) "
-        "ON CONFLICT DO NOTHING",
+        "INSERT INTO limit_runs (job_id, attempt, kind, key, pid) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
         (job.id, job.attempts, job.kind, job.key, os.getpid()),
     )
     time.sleep(float(job.payload.get("seconds", 0.05)))
