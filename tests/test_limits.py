@@ -456,3 +456,27 @@ def test_resetting_a_kind_nobody_limited_is_refused(conn):
     with pytest.raises(BadInput, match="kind 'nope' has no limits to reset"):
         limits.reset(conn, "nope", "ann@ops")
     assert conn.execute("SELECT count(*) FROM jobsup.limits").fetchone() == (0,)
+
+
+def test_the_ready_index_built_beforehand_is_kept_by_the_migration(empty_dsn):
+    """The upgrade procedure for a large table (docs/operations/upgrading.md): the column and the index
+    built beforehand without blocking, then `jobsup migrate`, which keeps them."""
+    from jobsup.db import migrate as migrations
+
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA jobsup")
+        conn.execute(migrations.SQL["migrations_table"])
+        for migration in migrations.available():
+            if migration.version < 8:
+                conn.execute(migration.sql.encode())
+                conn.execute(migrations.SQL["migration_done"], {"version": migration.version, "name": migration.name})
+        conn.execute("INSERT INTO jobsup.jobs (kind) VALUES ('k')")  # as the previous release enqueues
+        conn.execute("ALTER TABLE jobsup.jobs ADD COLUMN IF NOT EXISTS limited boolean NOT NULL DEFAULT false")
+        conn.execute(
+            "CREATE INDEX CONCURRENTLY jobs_ready_v8_idx ON jobsup.jobs (queue, priority DESC, run_at, id)"
+            " WHERE status = 'queued' AND NOT limited"
+        )
+        assert [m.version for m in migrations.migrate(conn)] == [8]
+        indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'jobsup'")}
+        assert "jobs_ready_idx" in indexes and "jobs_ready_v8_idx" not in indexes
+        assert len(lifecycle.claim(conn, ["default"], 10, "sup", 30)) == 1
