@@ -29,11 +29,11 @@ import psycopg
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import scratch  # noqa: E402
-from benchmarks.bench_supervisor import bench_parser  # noqa: E402
-from jobsup import client  # noqa: E402
-from jobsup.db.sql import STATEMENTS as SQL  # noqa: E402
-from jobsup.ops import bench, limits  # noqa: E402
+from benchmarks import scratch
+from benchmarks.bench_supervisor import bench_parser
+from jobsup import client
+from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.ops import bench, limits
 
 NOOP_JOBS = 20_000
 HOLDER = "bench-limits:holder"  # the locked_by of the jobs that hold the backlog kind's slots

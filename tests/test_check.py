@@ -112,3 +112,36 @@ def test_the_exporter_serves_the_queue_wide_gauges(dsn, conn):
     finally:
         exporter.terminate()
         assert exporter.wait(20) == 0
+
+
+@pytest.mark.slow  # the CLI in a subprocess, several times
+def test_check_max_throttled_age_names_the_limited_kind_and_how_long(dsn, conn, monkeypatch):
+    from jobsup.ops.limits import set_limits
+
+    # No supervisor runs here: leave the oldest-ready and unserved alerts out, they have tests of their own.
+    monkeypatch.setenv("JOBSUP_CHECK_MAX_UNSERVED_AGE", "0")
+    monkeypatch.setenv("JOBSUP_CHECK_MAX_OLDEST_AGE", "0")
+    set_limits(conn, "charge", "alice@box", concurrency=1)
+    long_ago = datetime.now(UTC) - timedelta(minutes=10)
+    client.enqueue_many(conn, [{"kind": "charge", "key": "a", "run_at": long_ago}] * 3)
+    client.enqueue(conn, "email", run_at=long_ago)  # not limited: never throttled
+    lifecycle.claim_limited(conn, ["charge"], ["default"], 5, "sup-a", 60)  # 1 held, 2 waiting
+
+    assert jobsup("check", "--dsn", dsn).returncode == 0  # not checked unless asked
+    result = jobsup("check", "--dsn", dsn, "--max-throttled-age", "5m")
+    assert result.returncode == 1
+    [line] = result.stdout.strip().splitlines()
+    assert line.startswith(
+        "kind charge: 2 jobs waiting for its limits (concurrency 1, 1 held), the oldest throttled for 10m"
+    )
+    assert line.endswith(", over --max-throttled-age 5m")
+    data = json.loads(jobsup("check", "--dsn", dsn, "--json", "--max-throttled-age", "300").stdout)
+    [crossed] = data["crossed"]
+    assert (crossed["check"], crossed["kind"], crossed["threshold"]) == ("throttled_age", "charge", 300)
+    assert crossed["value"] > 590 and data["limits"][0]["waiting"] == 2
+
+    result = jobsup("check", "--dsn", dsn, "--max-throttled-age", "20m")
+    assert result.returncode == 0 and ", oldest throttled job 10m" in result.stdout, result.stdout
+    assert jobsup("check", "--dsn", dsn, "--max-throttled-age", "0").returncode == 0  # 0: never
+    result = jobsup("check", "--dsn", dsn, "--max-throttled-age", "soon")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1

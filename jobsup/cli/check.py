@@ -8,7 +8,10 @@ import os
 
 from jobsup.ops.check import MAX_OLDEST_AGE, MAX_UNSERVED_AGE, Limits, check, shown
 
-HELP = "alert checks: oldest ready job, dead jobs, reaping, unserved kinds; exit 1 when a threshold is crossed"
+HELP = (
+    "alert checks: oldest ready job, dead jobs, reaping, unserved kinds, throttled kinds; exit 1 when a threshold "
+    "is crossed"
+)
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -16,11 +19,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     parser.description = (
         "Check the alerts: the age of the oldest ready job per queue, the number of dead "
-        "jobs, the jobs the reapers returned in the last minute, and ready jobs that no live "
-        "supervisor can run (their kind handled by no app that serves their queue). One "
+        "jobs, the jobs the reapers returned in the last minute, ready jobs that no live "
+        "supervisor can run (their kind handled by no app that serves their queue), and how long "
+        "ready jobs of a limited kind have waited for its limits (throttled). One "
         "line per threshold crossed and exit 1 if any is; otherwise one ok line and exit "
-        "0. A paused queue's line says it is paused. Each flag also comes from its "
-        "JOBSUP_CHECK_* variable."
+        "0. A paused queue's line says it is paused. Each threshold but --max-throttled-age also comes "
+        "from its JOBSUP_CHECK_* variable."
     )
     env = os.environ.get
     parser.add_argument(
@@ -55,6 +59,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         f"JOBSUP_CHECK_MAX_UNSERVED_AGE; default {shown(MAX_UNSERVED_AGE)})",
     )
     parser.add_argument(
+        "--max-throttled-age",
+        type=duration,
+        metavar="D",
+        help="alert when the oldest ready job of a limited kind waited longer for its limits (throttled), "
+        "whatever its queue; 0 for never (default: not checked)",
+    )
+    parser.add_argument(
         "--skip-paused",
         action="store_true",
         default=truthy(env("JOBSUP_CHECK_SKIP_PAUSED")),
@@ -73,6 +84,7 @@ def run(args: argparse.Namespace) -> int:
         max_dead=args.max_dead,
         max_reaped_per_min=args.max_reaped_per_min,
         max_unserved_age=args.max_unserved_age,
+        max_throttled_age=args.max_throttled_age,
         queue=args.queue,
         skip_paused=args.skip_paused,
     )

@@ -1,5 +1,5 @@
-"""`jobsup stats`: counts by status and kind, latency and run time per kind, the oldest ready job, dead
-jobs, expiring leases and attempts; rich tables, or one JSON object."""
+"""`jobsup stats`: counts by status and kind, latency and run time per kind, the oldest ready job, the
+kinds with limits, dead jobs, expiring leases and attempts; rich tables, or one JSON object."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from jobsup.ops.latency import WINDOWS, window_label
 from jobsup.ops.snapshot import Snapshot, snapshot
 
 HELP = (
-    "counts by status and kind, latency and run time per kind, oldest ready job, dead jobs, expiring leases, attempts"
+    "counts by status and kind, latency and run time per kind, oldest ready job, limits, dead jobs, expiring leases, "
+    "attempts"
 )
 
 
@@ -68,6 +69,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     if not snap.oldest_ready:
         oldest.add_row("(no ready jobs)", "-")
     console.print(oldest)
+    print_limits(snap, console)
 
     dead = Table(title=f"dead jobs (newest {len(snap.dead_jobs)} of {total.dead:,})", title_justify="left")
     for name in ("id", "kind", "attempts", "died", "last error"):
@@ -85,6 +87,24 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
 
     print_latency(snap, console)
     print_leases_and_attempts(snap, console)
+
+
+def print_limits(snap: Snapshot, console: Console) -> None:
+    """The kinds with a limit in force, when there is one: what holds them, what waits, for how long."""
+    if not snap.limits:
+        return
+    table = Table(title="limits (held: running now; waiting: ready, throttled by the limits)", title_justify="left")
+    table.add_column("kind")
+    table.add_column("limits")
+    table.add_column("held", justify="right")
+    table.add_column("waiting", justify="right")
+    table.add_column("throttled", justify="right")
+    table.add_column("set by")
+    for k in snap.limits:
+        held = f"{k.held:,}" + (f" of {k.limits.concurrency:,}" if k.limits.concurrency is not None else "")
+        by = k.set_by or ("the app" if k.declared is not None else "-")
+        table.add_row(k.kind, str(k.limits), held, k.waiting_text, format_age(k.throttled_age), by)
+    console.print(table)
 
 
 def print_latency(snap: Snapshot, console: Console) -> None:

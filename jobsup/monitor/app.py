@@ -21,9 +21,10 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from jobsup.errors import DatabaseUnavailable
+from jobsup.errors import DatabaseUnavailable, JobsupError
 from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures, Scope
+from jobsup.monitor.limits_panels import LimitInput, LimitsPanel
 from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import Source
@@ -59,14 +60,20 @@ KEYS: list[Binding] = [
         tooltip="pause the selected queue: no supervisor claims from it (asks first)",
     ),
     Binding("U", "queue('resume')", "Resume queue…", tooltip="resume the selected queue (asks first)"),
+    Binding(
+        "L",
+        "limit",
+        "Limits…",
+        tooltip="change the limits of the selected kind: concurrency=3 rate=50/s, or reset (asks first)",
+    ),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
     Binding("q", "quit", "Quit", tooltip="quit"),
     # As htop: Ctrl+C quits, from any screen and even from the filter (Textual's own says "press ctrl+q").
     Binding("ctrl+c", "quit", show=False, priority=True, tooltip="quit, as q"),
-    # In --read-only mode r, R, c, P and U fall through to this one, which says why nothing happens.
-    Binding("r,R,c,P,U", "refuse", show=False),
+    # In --read-only mode r, R, c, P, U and L fall through to this one, which says why nothing happens.
+    Binding("r,R,c,P,U,L", "refuse", show=False),
     # The tab bar shows these keys, so the footer does not repeat them.
     *(
         Binding(
@@ -84,10 +91,10 @@ OTHER_KEYS = [
     ("Tab ⇧Tab", "the next / previous panel, through every tab"),
     ("↑ ↓ PgUp PgDn", "move in a panel"),
     ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
-    ("Enter", "open the selected job (dead jobs, busy workers)"),
+    ("Enter", "open the selected job (dead jobs, busy workers; limits: the kind's or key's next waiting job)"),
     ("Ctrl+P", "command palette"),
 ]
-WRITES = {"requeue", "requeue_scope", "cancel_job", "queue"}
+WRITES = {"requeue", "requeue_scope", "cancel_job", "queue", "limit"}
 # The tables each key that changes data acts on: elsewhere (another table, the schedules screen) the key
 # is hidden from the footer and does nothing, so the footer offers only what the selection can take.
 ACTION_TABLES = {
@@ -95,6 +102,7 @@ ACTION_TABLES = {
     "requeue_scope": {"dead", "groups", "kinds"},  # a job's kind, a group, a kind or (total row) all
     "cancel_job": {"workers"},
     "queue": {"queues"},
+    "limit": {"limits"},  # a kind's row or one of its keys'
 }
 
 
@@ -231,8 +239,13 @@ class TopApp(App[None]):
         if pane is not None and pane.TAB.id != self.tab:
             self._select_tab(pane.TAB.id)
 
+    def _panes(self) -> list[Pane]:
+        """The panes the tab bar and Tab offer: those with something to show, and the one shown."""
+        shown = (self.tab, self.tabs.marked(self.pinned))
+        return [p for p in self.main.query(Pane) if p.offered(self.figures) or p.TAB.id in shown]
+
     def _panel_tables(self) -> list[DataTable]:
-        return [t for pane in self.main.query(Pane) for t in pane.query(DataTable)]
+        return [t for pane in self._panes() for t in pane.query(DataTable)]
 
     def _cycle(self, step: int) -> None:
         tables = self._panel_tables()
@@ -263,7 +276,7 @@ class TopApp(App[None]):
         if not self.is_running or not self.main.is_attached:
             return
         view = self._view()
-        badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self.main.query(Pane)]
+        badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self._panes()]
         self.main.query_one("#tabbar", Static).update(
             tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim")
         )
@@ -431,8 +444,8 @@ class TopApp(App[None]):
             focused = self._focused_table()
             if focused is None or focused.id not in ACTION_TABLES[action]:
                 return False
-            # r takes the selected job: an empty dead jobs table (a filter that matches none) has none.
-            return action != "requeue" or selected_key(focused) is not None
+            # r takes the selected job, L the selected kind: an empty table (a filter that matches none) has none.
+            return action not in ("requeue", "limit") or selected_key(focused) is not None
         if action == "refuse":
             return self.read_only
         if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
@@ -568,6 +581,33 @@ class TopApp(App[None]):
         self.notify(await self.source.queue_action(action, name), title="queue")
         self.refresh_now()
 
+    def action_limit(self) -> None:
+        table = self._focused_table()
+        row = self.main.query_one(LimitsPanel).selected() if table is not None and table.id == "limits" else None
+        if row is None:
+            self.notify("select a kind first (6: the Limits tab)", severity="warning")
+            return
+        self.run_worker(self._limit(row), name="limit", exit_on_error=False)
+
+    async def _limit(self, row: fig.LimitRow) -> None:
+        from jobsup.monitor.schedules import ConfirmSchedule
+
+        change = await self.push_screen_wait(LimitInput(row))
+        if change is None or not await self.push_screen_wait(ConfirmSchedule(*change.question())):
+            self.notify("nothing was changed")
+            return
+        try:
+            if change.given is None:
+                done = await self.source.reset_limits(row.kind)
+            else:
+                done = await self.source.set_limits(row.kind, change.given)
+        except JobsupError as exc:  # a bad value the input let through, or the database: nothing changed
+            self.notify(str(exc), title=f"limits of kind {row.kind}", severity="error", timeout=8)
+            return
+        said = f"{done.before} → {done.after}" if done.before != done.after else f"unchanged: {done.after}"
+        self.notify(f"kind {done.kind}: {said}", title="limits")
+        self.refresh_now()
+
     def action_filter(self) -> None:
         box = self.main.query_one(FilterInput)
         if not isinstance(self.focused, Input):
@@ -652,15 +692,27 @@ class TopApp(App[None]):
             job_id = worker_job(key) if event.data_table.id == "workers" else None
         if job_id is not None:
             self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
+        elif event.data_table.id == "limits" and key is not None:
+            kind, _, limit_key = key.partition("\x00")
+            self.run_worker(self._show_waiting(kind, limit_key or None), name="job", exit_on_error=False)
+
+    async def _show_waiting(self, kind: str, key: str | None) -> None:
+        """The job screen of the next waiting job of a kind (or key): it says which limit holds it."""
+        job_id = await self.source.next_waiting(kind, key)
+        if job_id is None:
+            self.notify(f"no job of kind {kind}{f' and key {key}' if key else ''} is waiting", severity="warning")
+            return
+        await self._show_job(job_id)
 
     async def _show_job(self, job_id: int) -> None:
         job = await self.source.job(job_id)
         if job is None:
             self.notify(f"job {job_id} no longer exists", severity="warning")
             return
+        why = await self.source.explain(job_id)
         # The job's relative times count on from the database's clock while the screen is open.
         answer = await self.push_screen_wait(
-            JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz, read_only=self.read_only)
+            JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz, read_only=self.read_only, why=why)
         )
         if answer == "requeue":
             await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
@@ -686,6 +738,9 @@ class TopApp(App[None]):
             )
             yield SystemCommand(
                 "Resume the selected queue…", "U: in the queues table; asks first", lambda: self.action_queue("resume")
+            )
+            yield SystemCommand(
+                "Change the limits of the selected kind…", "L: in the limits table; asks first", self.action_limit
             )
         yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
         yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
 from jobsup.durations import format_age
+from jobsup.limits import Rate
 from jobsup.ops.latency import KindLatency, summarize
 
 # Re-exported (the `X as X` form): the panels read these through this module, as fig.COUNT_COLUMNS.
 from jobsup.ops.snapshot import COUNT_COLUMNS as COUNT_COLUMNS
-from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, counts_by_kind
+from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, LimitedKind, counts_by_kind, limited_kinds
+from jobsup.ops.snapshot import WAITING_COUNTED as WAITING_COUNTED
 from jobsup.ops.snapshot import column_sums as column_sums
 from jobsup.ops.unserved import Unserved
 
@@ -32,6 +34,10 @@ STALE_AFTER = 5.0
 HISTORY_SECONDS = 300.0
 # Minutes of reaper activity the rescues sparkline covers.
 REAPER_MINUTES = 30
+# Starts are counted within a rate's period up to this many seconds: longer periods over their last
+# minute, which a refresh reads anyway for done/min (console_limit_keys).
+STARTS_SPAN = 60.0
+LIMIT_KEYS = 3  # the busiest keys shown under each limited kind
 
 
 @dataclass(frozen=True)
@@ -147,6 +153,32 @@ class Lease:
 
 
 @dataclass(frozen=True)
+class LimitedKey:
+    """One key of a limited kind. Its waiting jobs (and the oldest of them) are counted among the first
+    WAITING_COUNTED waiting jobs of the kind, as the kind's are."""
+
+    key: str
+    held: int = 0
+    waiting: int = 0
+    throttled_age: float | None = None
+    starts: int = 0  # within its key_rate's period (STARTS_SPAN at most)
+
+
+@dataclass(frozen=True)
+class LimitRow(LimitedKind):
+    """A kind with a limit in force as the Limits tab shows it: `jobsup stats`' figures, its starts and its
+    busiest keys."""
+
+    starts: int = 0  # within its rate's period (STARTS_SPAN at most)
+    keys: tuple[LimitedKey, ...] = ()  # the LIMIT_KEYS busiest, by held then waiting
+    keys_seen: int = 0  # keys holding a job or among its first WAITING_COUNTED waiting ones
+
+    @property
+    def at_concurrency(self) -> bool:
+        return self.limits.concurrency is not None and self.held >= self.limits.concurrency
+
+
+@dataclass(frozen=True)
 class Figures:
     now: datetime  # the database's clock when the figures were read
     kinds: tuple[KindRow, ...] = ()
@@ -164,6 +196,7 @@ class Figures:
     ready: tuple[Ready, ...] = ()  # ready jobs by queue and kind
     done_last_minute: int | None = None  # jobs done in the last 60 s, by the database's clock
     dead_matching: int | None = None  # dead jobs the filter matches; None with no filter
+    limits: tuple[LimitRow, ...] = ()  # the kinds with a limit in force
 
     @property
     def total(self) -> KindRow:
@@ -284,6 +317,8 @@ def build(
     attempts: Sequence[Mapping[str, Any]] = (),
     done_last_minute: int | None = None,
     dead_matching: int | None = None,
+    limits: Sequence[Mapping[str, Any]] = (),
+    limit_keys: Sequence[Mapping[str, Any]] = (),
 ) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which).
 
@@ -333,6 +368,31 @@ def build(
         ready=tuple(ready),
         done_last_minute=done_last_minute,
         dead_matching=dead_matching if match else None,
+        limits=limit_rows(limits, limit_keys),
+    )
+
+
+def limit_rows(kinds: Iterable[Mapping[str, Any]], keys: Iterable[Mapping[str, Any]]) -> tuple[LimitRow, ...]:
+    """The Limits tab's rows from those of limited_kinds and console_limit_keys."""
+    starts: dict[str, int] = {}
+    busiest: dict[str, list[LimitedKey]] = {}
+    seen: dict[str, int] = {}
+    for row in keys:
+        if row["whole_kind"]:
+            starts[row["kind"]] = row["starts"]
+            continue
+        busiest.setdefault(row["kind"], []).append(
+            LimitedKey(row["key"], row["held"], row["waiting"], row["throttled_age"], row["starts"])
+        )
+        seen[row["kind"]] = row["keys_seen"]
+    return tuple(
+        LimitRow(
+            **{f.name: getattr(k, f.name) for f in fields(LimitedKind)},
+            starts=starts.get(k.kind, 0),
+            keys=tuple(busiest.get(k.kind, ())),
+            keys_seen=seen.get(k.kind, 0),
+        )
+        for k in limited_kinds(kinds)
     )
 
 
@@ -507,6 +567,45 @@ def rate(per_second: float | None) -> str:
     if per_second < 100:
         return f"{per_second:.1f}/s"
     return f"{per_second:,.0f}/s"
+
+
+def held(n: int, limit: int | None) -> str:
+    """Jobs held, of the concurrency limit if there is one.
+
+    >>> held(3, 3), held(2, None)
+    ('3 of 3', '2')
+    """
+    return f"{n:,}" + ("" if limit is None else f" of {limit:,}")
+
+
+def starts(n: int, rate: Rate | None) -> str:
+    """Jobs started within a rate's period, of the rate: over the last minute when the period is longer,
+    or when there is no rate (console_limit_keys).
+
+    >>> starts(48, Rate(50, 1.0)), starts(12, Rate(1000, 3600.0)), starts(7, None)
+    ('48 of 50/s', '12 in 1m of 1000/h', '7 in 1m')
+    """
+    if rate is not None and rate.period <= STARTS_SPAN:
+        return f"{n:,} of {rate}"
+    return f"{n:,} in 1m" + ("" if rate is None else f" of {rate}")  # 1m: STARTS_SPAN
+
+
+def at_rate(n: int, rate: Rate | None) -> bool:
+    """Whether the starts counted reach the rate (only a period of at most STARTS_SPAN is counted whole).
+
+    >>> at_rate(50, Rate(50, 1.0)), at_rate(12, Rate(12, 3600.0)), at_rate(3, None)
+    (True, False, False)
+    """
+    return rate is not None and rate.period <= STARTS_SPAN and n >= rate.count
+
+
+def cut(text: str, width: int) -> str:
+    """`text` cut to `width` characters, the cut marked.
+
+    >>> cut("concurrency 3, rate 50/s", 16), cut("concurrency 3", 16)
+    ('concurrency 3, …', 'concurrency 3')
+    """
+    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
 
 
 def short_error(error: str | None, width: int) -> str:

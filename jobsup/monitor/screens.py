@@ -63,15 +63,19 @@ def _when(moment: datetime | None, now: datetime, tz: tzinfo | None) -> str:
     return f"{moment.astimezone(tz):%Y-%m-%d %H:%M:%S} ({ago} {relation})"
 
 
-def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None) -> RenderableType:
-    """A job as the job screen shows it: its fields, payload and the history of its failed attempts."""
+def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None, why: str | None = None) -> RenderableType:
+    """A job as the job screen shows it: its fields, why it is where it is (jobsup explain's text, as
+    read when the screen opened), its payload and the history of its failed attempts."""
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold")
     fields.add_column()
+    # The key (the per-key dimension of its kind's limits) is shown when the job has one: most have none.
+    key = [("key", job["key"])] if job.get("key") is not None else []
     for label, value in (
         ("status", job["status"]),
         ("kind", job["kind"]),
         ("queue", job["queue"]),
+        *key,
         ("attempts", f"{job['attempts']} of {job['max_attempts']}"),
         ("priority", str(job["priority"])),
         ("created", _when(job["created_at"], now, tz)),
@@ -83,8 +87,10 @@ def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None) ->
         ("unique key", job["unique_key"] or "-"),
     ):
         fields.add_row(label, Text(str(value)))
-    parts: list[RenderableType] = [
-        fields,
+    parts: list[RenderableType] = [fields]
+    if why:
+        parts += [Text(""), Text("why", style="bold underline"), Text(why)]
+    parts += [
         Text(""),
         Text("payload", style="bold underline"),
         Text(json.dumps(job["payload"], indent=2, ensure_ascii=False)),
@@ -133,6 +139,7 @@ class JobScreen(ModalScreen[str | None]):
         tz: tzinfo | None = None,
         read_only: bool = False,
         tick: float = JOB_TICK,
+        why: str | None = None,
     ) -> None:
         super().__init__()
         self.job = job
@@ -140,19 +147,20 @@ class JobScreen(ModalScreen[str | None]):
         self.tz = tz
         self.read_only = read_only
         self.tick = tick
+        self.why = why  # jobsup explain's text, read as the screen opened
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="job") as box:
             box.border_title = f"job {self.job['id']} · {self.job['kind']} · {self.job['status']}"
             box.border_subtitle = "Esc close" + (" · r requeue" if self._can_requeue() else "")
-            yield Static(job_details(self.job, self.clock(), self.tz), id="job-details")
+            yield Static(job_details(self.job, self.clock(), self.tz, self.why), id="job-details")
         yield Footer()
 
     def on_mount(self) -> None:
         self.set_interval(self.tick, self._redraw)
 
     def _redraw(self) -> None:
-        self.query_one("#job-details", Static).update(job_details(self.job, self.clock(), self.tz))
+        self.query_one("#job-details", Static).update(job_details(self.job, self.clock(), self.tz, self.why))
 
     def _can_requeue(self) -> bool:
         return self.job["status"] == "dead" and not self.read_only

@@ -1,4 +1,4 @@
-"""The console's data source: figures from PostgreSQL over one async connection, and its two writes.
+"""The console's data source: figures from PostgreSQL over one async connection, and its writes.
 
 No textual here: the screen asks `Source` for `Figures` and shows them. A refresh reads everything in one
 read-only repeatable-read transaction sent as a pipeline, so its figures agree with each other and cost
@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
-from typing import Any, NoReturn
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NoReturn, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
 
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
-from jobsup.errors import DatabaseUnavailable, JobsupError, first_line
+from jobsup.errors import BadInput, DatabaseUnavailable, JobsupError, first_line
 from jobsup.monitor import figures as fig
 from jobsup.ops import cron
-from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused
+from jobsup.ops import limits as kind_limits
+from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused, operator
 from jobsup.ops.doctor import Thresholds
+from jobsup.ops.explain import aexplain_text
 from jobsup.ops.health import health_line
 
 # The console's connections are named so an operator (or a test) can find them in pg_stat_activity.
@@ -36,6 +38,8 @@ DEAD_LIMIT = 50  # rows of the dead-jobs table
 GROUP_LIMIT = 50  # rows of the dead-groups table
 PASS_LIMIT = 20  # reaper passes listed
 LEASE_LIMIT = 20  # running jobs listed by how soon their lease expires
+
+T = TypeVar("T")
 
 
 class ReadOnly(JobsupError):
@@ -74,6 +78,10 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         ("latency_read", {}),
         ("expiring_leases", {"limit": LEASE_LIMIT}),
         ("attempts_histogram", {}),
+        # The Limits tab: the limits rows, the indexes of held jobs and of waiting ones (the first
+        # WAITING_COUNTED of each kind) and the last minute of finished jobs, as done/min reads it.
+        ("limited_kinds", {"counted": fig.WAITING_COUNTED + 1}),
+        ("console_limit_keys", {"counted": fig.WAITING_COUNTED + 1, "keys": fig.LIMIT_KEYS}),
     ]
 
 
@@ -195,6 +203,8 @@ class Source:
                 latency,
                 leases,
                 attempts,
+                limits,
+                limit_keys,
             ) = results
             return fig.build(
                 clock["now"],
@@ -214,6 +224,8 @@ class Source:
                 attempts=attempts,
                 done_last_minute=done_last_minute["count"],
                 dead_matching=dead_matching["count"],
+                limits=limits,
+                limit_keys=limit_keys,
             )
 
         return await self._run(work)
@@ -273,6 +285,55 @@ class Source:
                 return await cur.fetchone()
 
         return await self._run(work)
+
+    async def next_waiting(self, kind: str, key: str | None = None) -> int | None:
+        """The id of the first waiting job of a limited kind (of one key), in claim order; None if none."""
+
+        async def work(conn: psycopg.AsyncConnection) -> int | None:
+            cur = await conn.execute(SQL["console_limit_next_waiting"], {"kind": kind, "key": key})
+            row = await cur.fetchone()
+            return None if row is None else row[0]
+
+        return await self._run(work)
+
+    async def explain(self, job_id: int) -> str | None:
+        """Why the job is where it is (jobsup explain), for the job screen; None once it is gone."""
+
+        async def work(conn: psycopg.AsyncConnection) -> str | None:
+            try:
+                return await aexplain_text(conn, job_id)
+            except BadInput:  # deleted since (retention): the job screen says so itself
+                return None
+
+        return await self._run(work)
+
+    async def set_limits(self, kind: str, given: Mapping[str, Any]) -> kind_limits.Change:
+        """An operator's limits for `kind` (jobsup.ops.limits.set_limits: the dimensions given, None
+        removing one, over those in force); what changed."""
+        if self.read_only:
+            raise ReadOnly(f"read-only console: the limits of kind {kind} were not changed (started with --read-only)")
+        return await self._write(lambda conn: kind_limits.set_limits(conn, kind, operator(), **given))
+
+    async def reset_limits(self, kind: str) -> kind_limits.Change:
+        """Drop an operator's limits of `kind`: its app's declaration is in force again; what changed."""
+        if self.read_only:
+            raise ReadOnly(f"read-only console: the limits of kind {kind} were not reset (started with --read-only)")
+        return await self._write(lambda conn: kind_limits.reset(conn, kind, operator()))
+
+    async def _write(self, work: Callable[[psycopg.Connection], T]) -> T:
+        """Run a synchronous operator's write on a connection of its own, in a thread: a change of limits
+        may wait seconds for older writers (jobsup.ops.limits), and the console's loop must not."""
+
+        def run() -> T:
+            try:
+                with dsns.connect(self.dsn, application_name=APPLICATION_NAME) as conn:
+                    return work(conn)
+            except psycopg.OperationalError as exc:
+                raise DatabaseUnavailable(f"{self.label}: {dsns.redact(first_line(exc))}") from None
+            except psycopg.Error as exc:
+                raise JobsupError(f"database error: {dsns.redact(first_line(exc))}") from None
+
+        return await asyncio.to_thread(run)
 
     async def schedules(self) -> list[cron.ScheduleState]:
         """Every schedule, for the schedules table."""

@@ -23,6 +23,7 @@ from textual.widgets import DataTable
 from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
+from jobsup.monitor.limits_panels import LimitsPanel
 from jobsup.monitor.panels import (
     DeadPanel,
     GroupsPanel,
@@ -59,6 +60,10 @@ class Pane(Vertical):
     def badge(self, figures: Figures, view: View) -> str:
         """A short figure beside the tab's title in the tab bar (what it holds), or nothing."""
         return ""
+
+    def offered(self, figures: Figures | None) -> bool:
+        """Whether the tab bar and Tab offer this tab; its key shows it either way."""
+        return True
 
     def first_table(self) -> DataTable | None:
         return next(iter(self.query(DataTable)), None)
@@ -128,7 +133,22 @@ class LatencyPane(Pane):
         return f"↑{rising}" if rising else ""
 
 
-TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane, LatencyPane)
+class LimitsPane(Pane):
+    TAB = Tab("limits", "Limits", "6", "each limited kind and its busiest keys: held, starts, waiting (throttled)")
+
+    def compose(self) -> ComposeResult:
+        yield LimitsPanel(id="limits-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        waiting = sum(k.waiting for k in figures.limits)
+        return fig.count(waiting) + ("+" if any(k.waiting_capped for k in figures.limits) else "") if waiting else ""
+
+    def offered(self, figures: Figures | None) -> bool:
+        # Most queues limit nothing: the tab joins the bar (and Tab's round) once a kind has a limit.
+        return figures is not None and bool(figures.limits)
+
+
+TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane, LatencyPane, LimitsPane)
 PINNED = TABS[0].TAB.id  # the tab kept in view on a large terminal
 
 

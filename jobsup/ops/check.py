@@ -4,7 +4,8 @@ cron job or a Kubernetes probe pages on the exit code.
 - the oldest ready job's age, per queue (a backlog nobody works, or too few workers);
 - the number of dead jobs (handlers failing for good);
 - jobs the reapers returned in the last minute (supervisors dying, or handlers outliving their lease);
-- ready jobs that no live supervisor can run (their kind handled by no app serving their queue).
+- ready jobs that no live supervisor can run (their kind handled by no app serving their queue);
+- ready jobs of a limited kind throttled too long (its limits hold them back longer than expected).
 
 A paused queue's backlog is paused on purpose: its line says so, and `skip_paused` leaves it out.
 """
@@ -21,6 +22,7 @@ from psycopg.rows import dict_row
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import one_row
 from jobsup.durations import format_age, format_duration
+from jobsup.ops.snapshot import WAITING_COUNTED, LimitedKind, limited_kinds
 from jobsup.ops.unserved import Unserved, unserved
 
 MAX_OLDEST_AGE = 300.0  # seconds; the default of --max-oldest-age
@@ -35,17 +37,19 @@ class Limits:
     max_dead: int | None = None
     max_reaped_per_min: int | None = None
     max_unserved_age: float = MAX_UNSERVED_AGE
+    max_throttled_age: float | None = None  # per limited kind, whatever the queue
     queue: str | None = None  # narrows the oldest age, the dead count and unserved jobs; reaping is counted for all
     skip_paused: bool = False  # leave paused queues out of the oldest age
 
 
 @dataclass(frozen=True)
 class Crossed:
-    check: str  # oldest_age, dead, reaped_per_min or unserved_age: the flag's name
+    check: str  # oldest_age, dead, reaped_per_min, unserved_age or throttled_age: the flag's name
     value: float
     threshold: float
     message: str
     queue: str | None = None
+    kind: str | None = None  # throttled_age's: the limited kind
 
 
 @dataclass(frozen=True)
@@ -56,6 +60,7 @@ class Result:
     reaped_last_minute: int
     unserved: list[Unserved] = field(default_factory=list)
     paused: list[str] = field(default_factory=list)
+    limited: list[LimitedKind] = field(default_factory=list)  # the kinds with a limit in force
 
     @property
     def exit_code(self) -> int:
@@ -66,7 +71,11 @@ class Result:
         return (
             f"ok: oldest ready job {format_age(oldest) if oldest is not None else '-'}, "
             f"{self.dead} dead, {self.reaped_last_minute} reaped in the last minute"
-        )
+        ) + self._throttled_summary()
+
+    def _throttled_summary(self) -> str:
+        ages = [k.throttled_age for k in self.limited if k.throttled_age is not None]
+        return f", oldest throttled job {format_age(max(ages))}" if ages else ""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -77,6 +86,7 @@ class Result:
             "reaped_last_minute": self.reaped_last_minute,
             "unserved": [u.to_json() for u in self.unserved],
             "paused": self.paused,
+            "limits": [k.to_json() for k in self.limited],
         }
 
 
@@ -98,6 +108,7 @@ def judge(
     reaped: int,
     unserved: Sequence[Unserved] = (),
     paused: Collection[str] = (),
+    limited: Sequence[LimitedKind] = (),
 ) -> Result:
     """The thresholds crossed by these figures.
 
@@ -112,6 +123,12 @@ def judge(
     []
     >>> print(judge(Limits(max_oldest_age=0), {}, 0, 0, [Unserved("mix", "c", 3, 400.0)]).crossed[0].message)
     queue mix: 3 ready jobs of kind c that no live supervisor can run, the oldest for 6m40s, over --max-unserved-age 5m
+    >>> from jobsup import limits as kind_limits
+    >>> charge = LimitedKind("charge", kind_limits.Limits(concurrency=3), held=3, waiting=1204, throttled_age=400.0)
+    >>> [line] = [c.message for c in judge(Limits(max_throttled_age=60.0), {}, 0, 0, limited=[charge]).crossed]
+    >>> print(line.replace(", the", ",\\nthe"))
+    kind charge: 1,204 jobs waiting for its limits (concurrency 3, 3 held),
+    the oldest throttled for 6m40s, over --max-throttled-age 1m
     """
     crossed = []
     if limits.max_oldest_age:
@@ -155,7 +172,21 @@ def judge(
             if u.age > limits.max_unserved_age:
                 message = f"{u.describe()}, over --max-unserved-age {shown(limits.max_unserved_age)}"
                 crossed.append(Crossed("unserved_age", u.age, limits.max_unserved_age, message, u.queue))
-    return Result(crossed, oldest_ready, dead, reaped, list(unserved), sorted(paused))
+    most = limits.max_throttled_age
+    if most:
+        crossed += [throttled(k, most) for k in limited if k.throttled_age is not None and k.throttled_age > most]
+    return Result(crossed, oldest_ready, dead, reaped, list(unserved), sorted(paused), list(limited))
+
+
+def throttled(kind: LimitedKind, threshold: float) -> Crossed:
+    """The line of a limited kind whose oldest waiting job has waited longer than `threshold`."""
+    age = kind.throttled_age or 0.0
+    jobs = "job" if kind.waiting == 1 and not kind.waiting_capped else "jobs"
+    message = (
+        f"kind {kind.kind}: {kind.waiting_text} {jobs} waiting for its limits ({kind.limits}, {kind.held} held), "
+        f"the oldest throttled for {format_age(age)}, over --max-throttled-age {shown(threshold)}"
+    )
+    return Crossed("throttled_age", age, threshold, message, kind=kind.kind)
 
 
 def check(conn: psycopg.Connection, limits: Limits) -> Result:
@@ -170,5 +201,7 @@ def check(conn: psycopg.Connection, limits: Limits) -> Result:
         row = one_row(cur.fetchone(), "check_figures")
         cur.execute(SQL["queue_pauses"])
         paused = [r["queue"] for r in cur.fetchall()]
+        cur.execute(SQL["limited_kinds"], {"counted": WAITING_COUNTED + 1})
+        limited = limited_kinds(cur.fetchall())
     waiting = [u for u in unserved(conn) if limits.queue is None or u.queue == limits.queue]
-    return judge(limits, oldest, row["dead"], row["reaped_last_minute"], waiting, paused)
+    return judge(limits, oldest, row["dead"], row["reaped_last_minute"], waiting, paused, limited)

@@ -1,10 +1,11 @@
 """`jobsup metrics`: the queue-wide gauges, served once for the whole queue.
 
 Every supervisor exports what it does itself (jobsup/supervisor/metrics.py); what the queue holds
-(jobs ready, scheduled, running and dead by queue and kind, the oldest ready job per queue) is the
-same whichever supervisor reads it, so one small process reads it at each scrape and serves it, and
-adding supervisors adds no duplicate series and no load. Each scrape reads the partial indexes of live
-and dead jobs, never the finished ones.
+(jobs ready, scheduled, running and dead by queue and kind, the oldest ready job per queue, and for
+each kind with a limit the jobs held against it and waiting for it) is the same whichever supervisor
+reads it, so one small process reads it at each scrape and serves it, and adding supervisors adds no
+duplicate series and no load. Each scrape reads the partial indexes of live and dead jobs, never the
+finished ones.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from psycopg.rows import dict_row
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput, first_line
+from jobsup.ops.snapshot import WAITING_COUNTED, LimitedKind, limited_kinds
 
 STATUSES = ("ready", "scheduled", "running", "dead")
 
@@ -35,15 +37,20 @@ class QueueCollector:
         self.lock = threading.Lock()  # the HTTP server may answer two scrapes at once
         self.last_error: str | None = None  # while the database does not answer
 
-    def _rows(self) -> tuple[list[dict], list[dict], list[dict]]:
+    def _rows(self) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
         if self.conn is None or self.conn.closed:
             self.conn = dsns.connect(self.dsn)
         with self.conn.cursor(row_factory=dict_row) as cur:
             results = []
-            for name in ("live_counts", "exporter_dead", "oldest_ready"):
-                cur.execute(SQL[name])
+            for name, params in (
+                ("live_counts", {}),
+                ("exporter_dead", {}),
+                ("oldest_ready", {}),
+                ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
+            ):
+                cur.execute(SQL[name], params)
                 results.append(cur.fetchall())
-        return results[0], results[1], results[2]
+        return results[0], results[1], results[2], results[3]
 
     def collect(self) -> Iterator:
         from prometheus_client.core import GaugeMetricFamily
@@ -52,7 +59,7 @@ class QueueCollector:
         up = GaugeMetricFamily("jobsup_database_up", "1 when this scrape read the queue's figures")
         try:
             with self.lock:
-                live, dead, oldest = self._rows()
+                live, dead, oldest, limited = self._rows()
             if self.last_error is not None:
                 print("jobsup metrics: the database answers again", file=sys.stderr, flush=True)
             self.last_error = None
@@ -98,11 +105,55 @@ class QueueCollector:
         for row in oldest:
             age.add_metric([row["queue"]], row["age"])
         yield age
+        yield from limit_gauges(limited_kinds(limited))
         yield GaugeMetricFamily(
             "jobsup_exporter_scrape_seconds",
             "Time this scrape took to read the figures",
             value=time.perf_counter() - started,
         )
+
+
+def limit_gauges(kinds: list[LimitedKind]) -> Iterator:
+    """The gauges of the kinds with a limit in force, labelled by kind: what they hold, their limits, what
+    waits for them and for how long. A kind without a given limit has no sample of its gauge."""
+    from prometheus_client.core import GaugeMetricFamily
+
+    held = GaugeMetricFamily(
+        "jobsup_limit_held_jobs",
+        "Jobs of a limited kind held against its limits now (running)",
+        labels=["kind"],
+    )
+    concurrency = GaugeMetricFamily(
+        "jobsup_limit_concurrency",
+        "The concurrency limit of a kind: at most this many of its jobs held at once",
+        labels=["kind"],
+    )
+    rate = GaugeMetricFamily(
+        "jobsup_limit_rate_per_second",
+        "The rate limit of a kind, in starts per second",
+        labels=["kind"],
+    )
+    waiting = GaugeMetricFamily(
+        "jobsup_limit_waiting_jobs",
+        f"Ready jobs of a limited kind waiting for its limits (throttled), counted up to {WAITING_COUNTED:,}",
+        labels=["kind"],
+    )
+    throttled = GaugeMetricFamily(
+        "jobsup_limit_throttled_age_seconds",
+        "How long the oldest waiting job of a limited kind has waited: the time it has spent throttled; "
+        "absent for a kind with none waiting",
+        labels=["kind"],
+    )
+    for k in kinds:
+        held.add_metric([k.kind], k.held)
+        waiting.add_metric([k.kind], k.waiting)
+        if k.limits.concurrency is not None:
+            concurrency.add_metric([k.kind], k.limits.concurrency)
+        if k.limits.rate is not None:
+            rate.add_metric([k.kind], k.limits.rate.count / k.limits.rate.period)
+        if k.throttled_age is not None:
+            throttled.add_metric([k.kind], k.throttled_age)
+    yield from (held, concurrency, rate, waiting, throttled)
 
 
 def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) -> None:

@@ -15,12 +15,16 @@ import psycopg
 from psycopg.rows import dict_row
 
 from jobsup.db.sql import STATEMENTS as SQL
+from jobsup.limits import Limits
 from jobsup.ops.latency import KindLatency, summarize
 
 LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
 # Read from the per-kind totals the supervisors keep; cancelled: by `jobsup cancel` or a Discard.
 TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
+# Waiting jobs of a limited kind are counted up to this many: a kind may have a million waiting, and
+# each refresh of the console and each scrape reads them (limited_kinds, snapshot.sql).
+WAITING_COUNTED = 10_000
 
 
 @dataclass(frozen=True)
@@ -36,6 +40,60 @@ class KindCounts:
 
 
 @dataclass(frozen=True)
+class LimitedKind:
+    """A kind with a limit in force, and the jobs held against it and waiting for it (throttled)."""
+
+    kind: str
+    limits: Limits
+    held: int = 0  # running jobs of the kind: what its concurrency limit counts
+    waiting: int = 0  # ready jobs of the kind not yet claimed, counted up to WAITING_COUNTED
+    waiting_capped: bool = False  # more than WAITING_COUNTED wait: `waiting` stopped there
+    throttled_age: float | None = None  # seconds the oldest waiting job has waited; None with none waiting
+    set_by: str | None = None  # the operator whose values are in force; None: the app's declaration
+    declared: Limits | None = None  # what the app of the last supervisor to start declared; None: no app did
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> LimitedKind:
+        """From a row of limited_kinds."""
+        return cls(
+            row["kind"],
+            Limits.from_columns(row),
+            held=row["held"],
+            waiting=min(row["waiting"], WAITING_COUNTED),
+            waiting_capped=row["waiting"] > WAITING_COUNTED,
+            throttled_age=row["throttled_age"],
+            set_by=row["set_by"],
+            declared=None if row["declared"] is None else Limits.from_json(row["kind"], row["declared"]),
+        )
+
+    @property
+    def waiting_text(self) -> str:
+        """
+        >>> LimitedKind("a", Limits(), waiting=1234).waiting_text
+        '1,234'
+        >>> LimitedKind("a", Limits(), waiting=WAITING_COUNTED, waiting_capped=True).waiting_text
+        '10,000+'
+        """
+        return f"{self.waiting:,}" + ("+" if self.waiting_capped else "")
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "limits": self.limits.to_json(),
+            "held": self.held,
+            "waiting": self.waiting,
+            "waiting_capped": self.waiting_capped,
+            "throttled_age": self.throttled_age,
+            "set_by": self.set_by,
+            "declared": None if self.declared is None else self.declared.to_json(),
+        }
+
+
+def limited_kinds(rows: Iterable[Mapping[str, Any]]) -> list[LimitedKind]:
+    return [LimitedKind.from_row(row) for row in rows]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     taken_at: datetime
     kinds: list[KindCounts]
@@ -48,6 +106,7 @@ class Snapshot:
     latency: list[KindLatency] = field(default_factory=list)  # per kind, from jobsup.ops.latency
     expiring_leases: list[dict[str, Any]] = field(default_factory=list)  # running jobs, soonest first
     attempts: list[dict[str, Any]] = field(default_factory=list)  # (status, attempts, count) of live and dead
+    limits: list[LimitedKind] = field(default_factory=list)  # the kinds with a limit in force
 
     @property
     def total(self) -> KindCounts:
@@ -67,6 +126,7 @@ class Snapshot:
             "latency": [k.to_json() for k in self.latency],
             "expiring_leases": [_jsonable(row) for row in self.expiring_leases],
             "attempts": [_jsonable(row) for row in self.attempts],
+            "limits": [k.to_json() for k in self.limits],
         }
 
 
@@ -117,11 +177,14 @@ def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[t
         ("latency_read", {}),
         ("expiring_leases", {"limit": lease_limit}),
         ("attempts_histogram", {}),
+        ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
     ]
 
 
 def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
-    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts = results
+    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts, limits = (
+        results
+    )
     kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
         taken_at=datetime.now(UTC),
@@ -135,6 +198,7 @@ def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
         latency=summarize(latency),
         expiring_leases=leases,
         attempts=attempts,
+        limits=limited_kinds(limits),
     )
 
 

@@ -12,6 +12,7 @@ import asyncio
 import psycopg
 
 from jobsup.db.dsn import connect
+from jobsup.errors import DatabaseUnavailable
 from jobsup.limits import Limits
 from jobsup.ops import limits
 from jobsup.supervisor.keeper import Keeper
@@ -34,7 +35,7 @@ class Declaration:
         RETRY)."""
         try:
             changes, in_force = await asyncio.to_thread(self._record)
-        except (psycopg.Error, OSError) as exc:
+        except (psycopg.Error, DatabaseUnavailable, OSError) as exc:
             self.log("limits.error", "error", error=str(exc).strip().splitlines()[0])
             return None
         for change in changes:
