@@ -23,7 +23,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "supervisor can run (their kind handled by no app that serves their queue), and how long "
         "ready jobs of a limited kind have waited for its limits (throttled). One "
         "line per threshold crossed and exit 1 if any is; otherwise one ok line and exit "
-        "0. A paused queue's line says it is paused. Each threshold but --max-throttled-age also comes "
+        "0. A paused queue's line says it is paused. Each threshold also comes "
         "from its JOBSUP_CHECK_* variable."
     )
     env = os.environ.get
@@ -62,8 +62,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--max-throttled-age",
         type=duration,
         metavar="D",
+        default=env("JOBSUP_CHECK_MAX_THROTTLED_AGE"),
         help="alert when the oldest ready job of a limited kind waited longer for its limits (throttled), "
-        "whatever its queue; 0 for never (default: not checked)",
+        "whatever its queue; 0 for never (env JOBSUP_CHECK_MAX_THROTTLED_AGE; default: not checked)",
     )
     parser.add_argument(
         "--skip-paused",
