@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.bench_limits [--dsn DSN] [--runs 4] [--backlog 1000000] [--json PATH]
 
   - limited_vs_unlimited: 20,000 no-op jobs of a kind without a limit, then with a concurrency limit of
-    64 (above what 8 workers hold), in alternating order, one pair per run; the ratio of each pair.
+    --limit (64), in alternating order, one pair per run; the ratio of each pair.
   - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind waiting at
     its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
     the drain rate with the backlog over the median of the runs around it.
@@ -62,13 +62,13 @@ def drain_rate(conn: psycopg.Connection, sup: psutil.Process) -> float:
     return rate
 
 
-def limited_vs_unlimited(conn: psycopg.Connection, sup: psutil.Process, runs: int) -> dict[str, float]:
+def limited_vs_unlimited(conn: psycopg.Connection, sup: psutil.Process, runs: int, limit: int) -> dict[str, float]:
     ratios, unlimited, limited = [], [], []
     for number in range(runs):
         pair = {}
         for with_limit in (False, True) if number % 2 == 0 else (True, False):
             if with_limit:
-                limits.set_limits(conn, "noop", "bench", concurrency=64)
+                limits.set_limits(conn, "noop", "bench", concurrency=limit)
             else:
                 limits.set_limits(conn, "noop", "bench", concurrency=None)
             time.sleep(0.5)  # the supervisor hears the NOTIFY
@@ -77,11 +77,11 @@ def limited_vs_unlimited(conn: psycopg.Connection, sup: psutil.Process, runs: in
         unlimited.append(pair[False])
         limited.append(pair[True])
         ratios.append(pair[True] / pair[False])
-        print(f"pair {number + 1}: unlimited {pair[False]:,.0f}/s, limited to 64 {pair[True]:,.0f}/s", flush=True)
+        print(f"pair {number + 1}: unlimited {pair[False]:,.0f}/s, limited to {limit} {pair[True]:,.0f}/s", flush=True)
     return {
         "noop_unlimited_per_s": statistics.median(unlimited),
-        "noop_limited_64_per_s": statistics.median(limited),
-        "limited_64_vs_unlimited": statistics.median(ratios),
+        f"noop_limited_{limit}_per_s": statistics.median(limited),
+        f"limited_{limit}_vs_unlimited": statistics.median(ratios),
     }
 
 
@@ -125,13 +125,14 @@ def main() -> int:
     parser = bench_parser(__doc__, 4)
     parser.add_argument("--backlog", type=int, default=1_000_000, help="jobs waiting at the limit (default 1,000,000)")
     parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog")
+    parser.add_argument("--limit", type=int, default=64, help="the concurrency limit of the limited runs (default 64)")
     args = parser.parse_args()
     figures: dict[str, float] = {}
     with scratch.empty(args.dsn, "jobsup-bench-limits-") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         process, sup = start_supervisor(dsn, args.procs)
         try:
             if "limited" in args.only:
-                figures.update(limited_vs_unlimited(conn, sup, args.runs))
+                figures.update(limited_vs_unlimited(conn, sup, args.runs, args.limit))
             if "backlog" in args.only:
                 figures.update(with_backlog(conn, sup, max(2, args.runs // 2), args.backlog))
         finally:

@@ -80,7 +80,7 @@ def reset(conn: psycopg.Connection, kind: str, by: str) -> Change:
     def values(row: Mapping[str, Any] | None) -> tuple[Limits, str | None]:
         return Limits.from_json(kind, row["declared"] if row else None), None
 
-    if not any(row["kind"] == kind for row in list_limits(conn)):
+    if conn.execute(SQL["limit_exists"], {"kind": kind}).fetchone() is None:
         raise BadInput(f"kind {kind!r} has no limits to reset: neither an app nor an operator has set any")
     change = _change(conn, kind, by, values)
     assert change is not None

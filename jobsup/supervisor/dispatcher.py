@@ -542,12 +542,15 @@ class Dispatcher:
             self.limited_claiming -= want
         self._took_limited(jobs, wake, want, pokes)
 
-    def _took_limited(self, jobs: list[Job], wake: datetime | None, want: int, pokes: int) -> None:
-        if len(jobs) < want:  # what the limits let it take: about the room they leave a claim
-            self.limited_room = len(jobs)
+    def _took_limited(
+        self, jobs: list[Job], wake: datetime | None, want: int, pokes: int, handoff: bool = False
+    ) -> None:
+        if len(jobs) < want:
+            if not handoff:  # what the limits let a claim take: about the room they leave (a write's own
+                self.limited_room = len(jobs)  # claim takes what that write freed)
             if self.pokes == pokes:
                 self.limited_more = False
-        else:
+        elif not handoff:
             self.limited_room = max(self.limited_room, len(jobs))
         if wake is not None:
             # A little ahead: a claim that comes before the start is due waits for it in the database
@@ -670,9 +673,11 @@ class Dispatcher:
     async def flush_loop(self) -> None:
         while True:
             await self.flush_wakeup.wait()
-            # Let a few more outcomes share the write, unless one frees a limited job's slot: another
-            # job waits for that slot, and a limit's throughput is its slots' turnover.
-            if self.buffered() < self.config.batch and not self._holds_limited_outcome():
+            # Let a few more outcomes share the write, unless one frees a slot of a limited job that is
+            # not short: another job waits for that slot, and a limit's throughput is its slots'
+            # turnover. Short ones free many slots a millisecond: they share writes as others do, and
+            # the claim sent with each write takes the slots it frees.
+            if self.buffered() < self.config.batch and (self.duration < SHORT_JOB or not self._holds_limited_outcome()):
                 await asyncio.sleep(self.config.flush_interval)
             self.flush_wakeup.clear()
             await self.flush()
@@ -803,7 +808,7 @@ class Dispatcher:
             self._freed[job.kind] -= 1  # a slot this write frees, taken again at once: no one need be told
         # The writes link decodes JSON, the claims link leaves it as the text the workers parse.
         jobs = [_as_claimed(job) for job in jobs]
-        self._took_limited(jobs, wake, want, pokes)
+        self._took_limited(jobs, wake, want, pokes, handoff=True)
         return written
 
     async def _write_failures(self, failures: list[Failure], deadline: float | None) -> None:

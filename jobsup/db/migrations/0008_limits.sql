@@ -80,8 +80,10 @@ DROP INDEX jobsup.jobs_ready_idx;
 ALTER INDEX jobsup.jobs_ready_v8_idx RENAME TO jobs_ready_idx;
 
 -- claim_limited's: the ready jobs of a limited kind by priority, then key (keys take turns), then
--- run_at; and its held jobs by key, to count what a kind or a key holds.
-CREATE INDEX jobs_limited_ready_idx ON jobsup.jobs (kind, priority DESC, key, run_at, id)
+-- run_at; and its held jobs by key, to count what a kind or a key holds. The jobs without a key are
+-- the group '' (a key is never empty): an equality on the key column, so within a group the index
+-- gives run_at order (an `IS NULL` does not, and the jobs without a key were sorted whole each claim).
+CREATE INDEX jobs_limited_ready_idx ON jobsup.jobs (kind, priority DESC, (coalesce(key, '')), run_at, id)
     WHERE status = 'queued' AND limited;
 CREATE INDEX jobs_limited_held_idx ON jobsup.jobs (kind, key) WHERE status = 'running' AND limited;
 
@@ -164,7 +166,7 @@ $$;
 -- a release, the reaper's return) frees its slot by changing the row's status, whatever its release.
 --
 -- It takes jobs by priority; within a priority, one job per key in turn from after the key the last
--- claim served (jobs without a key are one more turn, all they may take at once), so a key with
+-- claim served (jobs without a key are one more turn, as many as there is room for), so a key with
 -- 100,000 jobs waiting does not starve one with 10. A kind at its limit is left at once: no claim reads
 -- its backlog. Rows of kind NULL say when a rate lets the next start of a kind (or a key) happen:
 -- `wake_at`, for the supervisor's timer, as a future run_at.
@@ -186,7 +188,6 @@ DECLARE
     v_level integer;
     v_key text;
     v_next text;
-    v_null_turn boolean;
     v_job bigint;
     v_key_tat timestamptz;
     v_visits integer;
@@ -236,12 +237,13 @@ BEGIN
               AND (v_level IS NULL OR j.priority < v_level) AND j.run_at <= v_now AND j.queue = ANY(p_queues)
             ORDER BY j.priority DESC LIMIT 1;
             EXIT levels WHEN NOT FOUND;
-            -- Keys in turn: each visit looks at the next key (in key order, wrapping, jobs without a key
-            -- last) and takes its first ready job if the key's limits allow; a cycle that took nothing
-            -- ends the level. Visits are bounded, so keys all at their limit cost a bounded claim.
+            -- Keys in turn: each visit looks at the next group of the level (in key order, wrapping;
+            -- the jobs without a key are the group '', first) and takes its first ready job if the
+            -- key's limits allow, or, for the jobs without a key, as many as there is room for. A
+            -- whole cycle that took nothing ends the level; visits are bounded, so keys all at their
+            -- limit cost a bounded claim.
             v_start := lim.key_cursor;
             v_key := v_start;
-            v_null_turn := false;
             v_cycle_taken := 0;
             v_passes := 0;
             v_visits := 0;
@@ -250,19 +252,40 @@ BEGIN
                 EXIT levels WHEN v_room - v_taken <= 0;
                 v_visits := v_visits + 1;
                 EXIT turns WHEN v_visits > 4 * p_want + 64;
-                IF v_null_turn THEN
-                    -- Jobs without a key: no per-key limit, so as many as there is room for.
+                -- Two forms, each a bound of the index scan (an OR of them would be a filter, and the
+                -- scan would read every job of the groups before the cursor).
+                IF v_key IS NULL THEN
+                    SELECT coalesce(j.key, '') INTO v_next FROM jobsup.jobs j
+                    WHERE j.kind = v_kind AND j.status = 'queued' AND j.limited AND j.priority = v_level
+                    ORDER BY coalesce(j.key, '') LIMIT 1;
+                ELSE
+                    SELECT coalesce(j.key, '') INTO v_next FROM jobsup.jobs j
+                    WHERE j.kind = v_kind AND j.status = 'queued' AND j.limited AND j.priority = v_level
+                      AND coalesce(j.key, '') > v_key
+                    ORDER BY coalesce(j.key, '') LIMIT 1;
+                END IF;
+                IF NOT FOUND THEN
+                    -- Past the last group: wrap. The first pass, begun after the cursor, is a whole
+                    -- cycle only when the cursor was at the head.
+                    v_passes := v_passes + 1;
+                    EXIT turns WHEN v_cycle_taken = 0 AND (v_passes >= 2 OR v_start IS NULL);
+                    v_cycle_taken := 0;
+                    v_key := NULL;
+                    CONTINUE turns;
+                END IF;
+                v_key := v_next;
+                lim.key_cursor := v_key;
+                IF v_key = '' THEN
                     -- The ids are picked into an array first: as `j.id IN (SELECT ... LIMIT n FOR UPDATE
-                    -- SKIP LOCKED)` the planner may run the subquery more than once, and each run skips
-                    -- the rows the last one locked: it took 6 jobs for a room of 2.
+                    -- SKIP LOCKED)` a plan may run the subquery more than once, taking more each time.
                     RETURN QUERY
                     UPDATE jobsup.jobs j
                     SET status = 'running', attempts = j.attempts + 1, locked_by = p_locked_by,
                         locked_until = v_now + make_interval(secs => p_lease), started_at = v_now
                     WHERE j.id = ANY(ARRAY(SELECT c.id FROM jobsup.jobs c
                                            WHERE c.kind = v_kind AND c.status = 'queued' AND c.limited
-                                             AND c.priority = v_level AND c.key IS NULL AND c.run_at <= v_now
-                                             AND c.queue = ANY(p_queues)
+                                             AND c.priority = v_level AND coalesce(c.key, '') = ''
+                                             AND c.run_at <= v_now AND c.queue = ANY(p_queues)
                                            ORDER BY c.run_at, c.id LIMIT v_room - v_taken FOR UPDATE SKIP LOCKED))
                     RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority,
                               j.run_at, j.created_at, j.snoozes, nullif(j.errors, '[]'::jsonb), j.started_at,
@@ -270,25 +293,8 @@ BEGIN
                     GET DIAGNOSTICS v_held = ROW_COUNT;
                     v_taken := v_taken + v_held;
                     v_cycle_taken := v_cycle_taken + v_held;
-                    -- A whole cycle took nothing: the first pass, begun after the cursor, is a whole
-                    -- cycle only when the cursor was at the head.
-                    v_passes := v_passes + 1;
-                    EXIT turns WHEN v_cycle_taken = 0 AND (v_passes >= 2 OR v_start IS NULL);
-                    v_cycle_taken := 0;
-                    v_null_turn := false;
-                    v_key := NULL;
                     CONTINUE turns;
                 END IF;
-                SELECT j.key INTO v_next FROM jobsup.jobs j
-                WHERE j.kind = v_kind AND j.status = 'queued' AND j.limited AND j.priority = v_level
-                  AND j.key > coalesce(v_key, '')  -- keys are never empty (job.py)
-                ORDER BY j.key LIMIT 1;
-                IF NOT FOUND THEN
-                    v_null_turn := true;  -- past the last key: the keyless jobs' turn, then wrap
-                    CONTINUE turns;
-                END IF;
-                v_key := v_next;
-                lim.key_cursor := v_key;
                 IF lim.key_concurrency IS NOT NULL THEN
                     SELECT count(*) INTO v_held FROM jobsup.jobs j
                     WHERE j.kind = v_kind AND j.key = v_key AND j.status = 'running' AND j.limited;
@@ -305,7 +311,7 @@ BEGIN
                 END IF;
                 SELECT c.id INTO v_job FROM jobsup.jobs c
                 WHERE c.kind = v_kind AND c.status = 'queued' AND c.limited AND c.priority = v_level
-                  AND c.key = v_key AND c.run_at <= v_now AND c.queue = ANY(p_queues)
+                  AND coalesce(c.key, '') = v_key AND c.run_at <= v_now AND c.queue = ANY(p_queues)
                 ORDER BY c.run_at, c.id LIMIT 1 FOR UPDATE SKIP LOCKED;
                 CONTINUE turns WHEN NOT FOUND;
                 RETURN QUERY

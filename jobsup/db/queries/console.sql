@@ -114,7 +114,7 @@ WITH l AS (
     FROM l CROSS JOIN LATERAL (
         SELECT j.key, j.run_at FROM jobsup.jobs j
         WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
-        ORDER BY j.priority DESC, j.key, j.run_at, j.id
+        ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
         LIMIT %(counted)s) w
     WHERE w.key IS NOT NULL
     GROUP BY l.kind, w.key
@@ -147,5 +147,5 @@ ORDER BY 1, 4
 SELECT id FROM jobsup.jobs
 WHERE kind = %(kind)s AND status = 'queued' AND limited AND run_at <= now()
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
-ORDER BY priority DESC, key, run_at, id
+ORDER BY priority DESC, coalesce(key, ''), run_at, id
 LIMIT 1

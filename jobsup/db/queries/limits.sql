@@ -7,6 +7,9 @@ SELECT kind, concurrency, rate, period, burst, key_concurrency, key_rate, key_pe
        declared, declared_by, declared_at, set_by, set_at
 FROM jobsup.limits WHERE kind = %(kind)s FOR UPDATE
 
+-- name: limit_exists
+SELECT 1 FROM jobsup.limits WHERE kind = %(kind)s
+
 -- name: limit_insert
 INSERT INTO jobsup.limits (kind) VALUES (%(kind)s) ON CONFLICT (kind) DO NOTHING
 

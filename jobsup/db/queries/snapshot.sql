@@ -66,7 +66,7 @@ CROSS JOIN LATERAL (
     SELECT count(*) AS waiting, min(r.run_at) AS oldest
     FROM (SELECT j.run_at FROM jobsup.jobs j
           WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
-          ORDER BY j.priority DESC, j.key, j.run_at, j.id
+          ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
           LIMIT %(counted)s) r
 ) w
 WHERE l.limited
