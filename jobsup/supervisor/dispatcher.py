@@ -71,7 +71,7 @@ KNOWN_RUN_ATS = 10_000
 # to its job; the log writes the first of a burst in full and counts the rest.
 _ALIKE = ("kind", "error")
 # How long before a rate's next start its supervisor wakes to claim it (claim_limited waits the rest).
-RATE_WAKE_AHEAD = 0.003
+RATE_WAKE_AHEAD = 0.010
 # Words only the control notifications carry: an insert's ({"queues": ..., "run_at": ...}) has none.
 _CONTROL_WORDS = ('"cancel"', '"paused"', '"limit"', '"slots"')
 
