@@ -7,6 +7,9 @@ SELECT kind, concurrency, rate, period, burst, key_concurrency, key_rate, key_pe
        declared, declared_by, declared_at, set_by, set_at
 FROM jobsup.limits WHERE kind = %(kind)s FOR UPDATE
 
+-- name: limits_of_kinds
+SELECT kind FROM jobsup.limits WHERE kind = ANY(%(kinds)s::text[])
+
 -- name: limit_exists
 SELECT 1 FROM jobsup.limits WHERE kind = %(kind)s
 
