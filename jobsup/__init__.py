@@ -28,6 +28,11 @@ _EXPORTS = {
     "Snooze": "outcomes",
     "RetryAfter": "outcomes",
     "Discard": "outcomes",
+    "Workflow": "workflow",
+    "parents": "workflow",
+    "aparents": "workflow",
+    "children": "workflow",
+    "achildren": "workflow",
 }
 
 __all__ = sorted([*_EXPORTS, "__version__"])
@@ -51,6 +56,11 @@ if TYPE_CHECKING:
     from jobsup.outcomes import Discard as Discard
     from jobsup.outcomes import RetryAfter as RetryAfter
     from jobsup.outcomes import Snooze as Snooze
+    from jobsup.workflow import Workflow as Workflow
+    from jobsup.workflow import achildren as achildren
+    from jobsup.workflow import aparents as aparents
+    from jobsup.workflow import children as children
+    from jobsup.workflow import parents as parents
 
 
 def __getattr__(name: str) -> Any:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import psycopg
 
@@ -18,6 +18,9 @@ from jobsup.errors import AppNotFound, BadInput, NoHandler
 from jobsup.job import EncodedPayload, EnqueueOptions, Job, JobSpec, make_spec
 from jobsup.limits import Limits, check_key
 from jobsup.schedule import DEFAULT_MISSED_LIMIT, Schedule
+
+if TYPE_CHECKING:
+    from jobsup.workflow import Workflow
 
 HandlerFunc = Callable[[Job], Any]
 KeyFunc = Callable[[dict[str, Any]], str]
@@ -215,6 +218,12 @@ class App:
         spec = self.spec(kind, payload, options)
         self.refuse_unknown_kind(spec.kind)
         return spec
+
+    def workflow(self, name: str | None = None, *, on_parent_failure: str = "cancel") -> Workflow:
+        """A Workflow whose jobs take this app's handler defaults (and must be kinds it handles)."""
+        from jobsup.workflow import Workflow
+
+        return Workflow(name, app=self, on_parent_failure=on_parent_failure)
 
     def enqueue(
         self, conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
+from jobsup import workflow
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import Op, arun, run, sorted_ids
 from jobsup.job import EnqueueOptions, JobSpec, make_spec, max_payload_bytes
@@ -80,25 +81,35 @@ def enqueue(
     conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
-    return run(conn, _enqueue_op(make_spec(kind, payload, options)))
+    spec = make_spec(kind, payload, options)
+    if spec.after:
+        return workflow.enqueue_dependents(conn, [spec])[0]
+    return run(conn, _enqueue_op(spec))
 
 
 async def aenqueue(
     conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """The asyncio form of enqueue."""
-    return await arun(conn, _enqueue_op(make_spec(kind, payload, options)))
+    spec = make_spec(kind, payload, options)
+    if spec.after:
+        return (await workflow.aenqueue_dependents(conn, [spec]))[0]
+    return await arun(conn, _enqueue_op(spec))
 
 
 def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
     """Enqueue many jobs in one statement; per input, its id or None where its unique_key was skipped."""
     specs = [make_spec(job) for job in jobs]
+    if any(spec.after for spec in specs):
+        return workflow.enqueue_dependents(conn, specs)
     return run(conn, _enqueue_many_op(specs)) if specs else []
 
 
 async def aenqueue_many(conn: psycopg.AsyncConnection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
     """The asyncio form of enqueue_many."""
     specs = [make_spec(job) for job in jobs]
+    if any(spec.after for spec in specs):
+        return await workflow.aenqueue_dependents(conn, specs)
     return await arun(conn, _enqueue_many_op(specs)) if specs else []
 
 

@@ -6,7 +6,7 @@ import difflib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any, NamedTuple, TypedDict
@@ -89,6 +89,10 @@ class JobSpec:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     unique_key: str | None = None
     key: str | None = None  # the per-key dimension of the kind's limits (jobsup.limits)
+    # Ids of the jobs this one waits for (jobsup.workflow): it stays `waiting` until each has finished.
+    after: tuple[int, ...] = ()
+    # What a parent that ends dead or cancelled does to this job: "cancel" it, or let it "run".
+    on_parent_failure: str = "cancel"
 
     def encoded_payload(self, limit: int | None = None) -> str:
         """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
@@ -132,6 +136,33 @@ class JobSpec:
             raise BadInput(f"unique_key of a {self.kind!r} job must be a non-empty string")
         if self.key is not None:
             check_key(self.key, self.kind)
+        if self.after or self.on_parent_failure != "cancel":
+            check_dependencies(self)
+
+
+PARENT_FAILURE_POLICIES = ("cancel", "run")
+
+
+def check_job_id(value: Any, what: str) -> int:
+    """`value` as a job id (a whole number from 1), or BadInput naming `what` and the value."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**63 - 1:
+        raise BadInput(f"{what} takes job ids (whole numbers from 1), not {value!r}")
+    return value
+
+
+def check_dependencies(spec: JobSpec) -> None:
+    if isinstance(spec.after, (str, bytes)) or not isinstance(spec.after, (tuple, list)):
+        raise BadInput(f"after= of a {spec.kind!r} job takes a list of job ids, not {spec.after!r}")
+    for parent in spec.after:
+        check_job_id(parent, f"after= of a {spec.kind!r} job")
+    if spec.on_parent_failure not in PARENT_FAILURE_POLICIES:
+        raise BadInput(
+            f"on_parent_failure of a {spec.kind!r} job must be one of {', '.join(PARENT_FAILURE_POLICIES)}, "
+            f"not {spec.on_parent_failure!r}"
+        )
+    if spec.unique_key is not None and spec.after:
+        # The unique index covers queued and running jobs: a waiting one would slip past it.
+        raise BadInput(f"a {spec.kind!r} job with after= cannot have a unique_key")
 
 
 # What a non-object payload is called in a refusal: the Python type, and the JSON one for a reader of
@@ -170,6 +201,8 @@ class EnqueueOptions(TypedDict, total=False):
     max_attempts: int
     unique_key: str | None
     key: str | None
+    after: Sequence[int]
+    on_parent_failure: str
 
 
 OPTIONS = tuple(EnqueueOptions.__annotations__)
@@ -186,7 +219,8 @@ def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str)
     Traceback (most recent call last):
     ...
     jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?);
-    its options: queue, priority, delay, run_at, max_attempts, unique_key, key
+    its options: queue, priority, delay, run_at, max_attempts, unique_key, key, after,
+    on_parent_failure
     """
     for name in names:
         if name not in known:

@@ -23,6 +23,8 @@ TABLES = {
     "schedules",
     "queue_pauses",
     "latency",
+    "workflows",
+    "dependencies",
     "limits",
     "limit_keys",
     "compat",
