@@ -58,3 +58,32 @@ SELECT c.id, c.kind, c.status, e.on_parent_failure
 FROM jobsup.dependencies e JOIN jobsup.jobs c ON c.id = e.child_id
 WHERE e.parent_id = %(id)s
 ORDER BY c.id
+
+-- name: workflow_row
+SELECT id, name, created_at, finished_at, failed FROM jobsup.workflows WHERE id = %(id)s
+
+-- name: workflow_members
+-- Every job of a workflow with the ids of its parents: `jobsup workflow`, the console's tree.
+SELECT j.id, j.kind, j.status, j.attempts, j.max_attempts, j.created_at, j.started_at, j.done_at, j.last_error,
+       j.parents_left,
+       coalesce((SELECT array_agg(e.parent_id ORDER BY e.parent_id) FROM jobsup.dependencies e
+                 WHERE e.child_id = j.id), '{}')
+FROM jobsup.jobs j
+WHERE j.workflow_id = %(id)s
+ORDER BY j.id
+
+-- name: workflows_recent
+-- The newest workflows with their jobs counted by status, from jobs_workflow_idx (an index-only scan
+-- per workflow). failed counts jobs that ended dead or cancelled.
+SELECT w.id, w.name, w.created_at, w.finished_at, c.total, c.done, c.failed, c.running, c.queued, c.waiting
+FROM (SELECT * FROM jobsup.workflows ORDER BY id DESC LIMIT %(limit)s) w
+CROSS JOIN LATERAL (
+    SELECT count(*) AS total,
+           count(*) FILTER (WHERE status = 'done') AS done,
+           count(*) FILTER (WHERE status IN ('dead', 'cancelled')) AS failed,
+           count(*) FILTER (WHERE status = 'running') AS running,
+           count(*) FILTER (WHERE status = 'queued') AS queued,
+           count(*) FILTER (WHERE status = 'waiting') AS waiting
+    FROM jobsup.jobs WHERE workflow_id = w.id
+) c
+ORDER BY w.id DESC
