@@ -24,6 +24,16 @@ RECONNECT_FIRST = 0.05
 RECONNECT_MAX = 2.0
 
 LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+# A statement the server rolled back for a deadlock is run again on its connection this many times, then
+# on a new one as after any error of the connection: each time the server picks one of the writes in
+# the cycle, so the next run rarely meets it.
+ROLLBACK_RETRIES = 5
+
+
+def _rolled_back(exc: BaseException) -> bool:
+    """A deadlock or a serialization failure (SQLSTATE class 40): psycopg files these under
+    OperationalError, which otherwise means a broken connection."""
+    return (getattr(exc, "sqlstate", None) or "").startswith("40")
 
 
 class Link:
@@ -101,12 +111,21 @@ class Link:
         """`op(conn)`, again on a new connection if the old one broke. Only for idempotent work:
         every outcome write is fenced, so applying it twice changes nothing the second time."""
         async with self.lock:
+            rolled_back = 0
             while True:
                 conn = await self.connect(deadline=deadline)
                 try:
                     return await op(conn)
                 except LOST as exc:
-                    self.drop(exc)
+                    if not _rolled_back(exc) or rolled_back >= ROLLBACK_RETRIES:
+                        self.drop(exc)
+                        continue
+                    # A deadlock (or serialization failure) rolled the statement back; the connection
+                    # is sound. Outcome writes release the children of workflows, and two writes that
+                    # finish parents of the same children can lock them crosswise: the server picks
+                    # one to fail, and running it again completes it.
+                    rolled_back += 1
+                    self.log("db.rolled_back", "warning", link=self.name, tries=rolled_back, error=first_line(exc))
 
     def drop(self, exc: BaseException | None = None) -> None:
         if exc is not None and not self.lost:
