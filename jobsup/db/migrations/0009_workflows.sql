@@ -116,10 +116,13 @@ BEGIN
             run_at = CASE WHEN j.parents_left <= c.n THEN greatest(j.run_at, now()) ELSE j.run_at END
         FROM counts c
         WHERE j.id = c.child_id AND j.status = 'waiting'
-        RETURNING j.queue, j.status
+        RETURNING j.queue, j.status, j.run_at
     )
-    -- PostgreSQL folds identical notifications of one transaction into one: one per queue.
-    SELECT count(pg_notify('jobsup', json_build_object('queues', ARRAY[queue])::text)) INTO told
+    -- As the insert trigger's: the queue and when the job is due (a supervisor whose claim keys are
+    -- before it need not rescan its queue). PostgreSQL folds identical notifications of one transaction
+    -- into one: one per queue, as the released jobs of one write share now().
+    SELECT count(pg_notify('jobsup', json_build_object('queues', ARRAY[queue],
+                                                       'run_at', extract(epoch FROM run_at))::text)) INTO told
     FROM released WHERE status = 'queued';
 
     IF cardinality(doomed) > 0 THEN
