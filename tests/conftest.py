@@ -139,3 +139,23 @@ def start(dsn: str) -> Iterator:
 def conn(dsn: str) -> Iterator[psycopg.Connection]:
     with psycopg.connect(dsn, autocommit=True) as connection:
         yield connection
+
+
+@pytest.fixture(scope="session")
+def bouncer(server_dsn: str) -> Iterator[str]:
+    """A real PgBouncer in transaction pooling mode in front of the test server, one per run."""
+    from . import pgbouncer
+
+    if pgbouncer.binary() is None:
+        pytest.skip(
+            "pgbouncer is not installed (`make test` installs Debian's pgbouncer package when run "
+            "as root; otherwise: apt-get install pgbouncer)"
+        )
+    with pgbouncer.running(server_dsn) as url:
+        yield url
+
+
+@pytest.fixture
+def pooled_dsn(bouncer: str, dsn: str) -> str:
+    """This test's database, through PgBouncer."""
+    return with_dbname(bouncer, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])

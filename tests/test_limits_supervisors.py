@@ -15,7 +15,7 @@ import signal
 import subprocess
 import time
 from collections import defaultdict
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import psycopg
@@ -23,9 +23,8 @@ import pytest
 
 from jobsup import client
 
-from . import pgbouncer
 from .apps import limited
-from .helpers import ROOT, cli_env, wait_for, with_dbname
+from .helpers import ROOT, cli_env, wait_for
 from .supervisor_helpers import Supervisor, alive, status_counts
 
 APP = "tests.apps.limited:app"
@@ -558,23 +557,12 @@ def test_limit_changed_at_run_time_is_obeyed_by_every_supervisor(dsn, records, s
 POOLED = {"JOBSUP_POOLER": "transaction"}
 
 
-@pytest.fixture(scope="module")
-def bouncer(server_dsn: str) -> Iterator[str]:
-    if pgbouncer.binary() is None:
-        pytest.skip(
-            "pgbouncer is not installed (`make test` installs Debian's pgbouncer package when run "
-            "as root; otherwise: apt-get install pgbouncer)"
-        )
-    with pgbouncer.running(server_dsn) as url:
-        yield url
-
-
 @pytest.mark.slow
-def test_concurrency_is_exact_through_pgbouncer(dsn, records, start, bouncer):
+def test_concurrency_is_exact_through_pgbouncer(dsn, records, start, pooled_dsn):
     """The concurrency test through PgBouncer in transaction mode (--pooler transaction), 4 supervisors x
     4 procs, 300 jobs of 50 ms of `three` (the direct test runs 600): never more than 3 runs at once."""
     conn = records
-    pooled = with_dbname(bouncer, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
+    pooled = pooled_dsn
     n = 300
     sups = supervisors(start, dsn, 4, "--dsn", pooled, "--pooler", "transaction", records=dsn, env=POOLED)
     wait_declared(conn, "three")

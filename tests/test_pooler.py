@@ -4,7 +4,6 @@ shutdown and the console; and the refusals of --pooler and --listen-dsn, which n
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -13,28 +12,10 @@ from jobsup import Queue, client
 from jobsup.monitor.figures import Scope
 from jobsup.monitor.source import Source
 
-from . import pgbouncer
-from .helpers import jobsup, wait_for, with_dbname
+from .helpers import jobsup, wait_for
 from .supervisor_helpers import enqueue_kinds, make_calls_table, status_counts
 
 POOLED = {"JOBSUP_POOLER": "transaction"}
-
-
-@pytest.fixture(scope="session")
-def bouncer(server_dsn: str) -> Iterator[str]:
-    if pgbouncer.binary() is None:
-        pytest.skip(
-            "pgbouncer is not installed (`make test` installs Debian's pgbouncer package when run "
-            "as root; otherwise: apt-get install pgbouncer)"
-        )
-    with pgbouncer.running(server_dsn) as url:
-        yield url
-
-
-@pytest.fixture
-def pooled_dsn(bouncer: str, dsn: str) -> str:
-    """This test's database, through PgBouncer."""
-    return with_dbname(bouncer, psycopg.conninfo.conninfo_to_dict(dsn)["dbname"])
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""A test app of workflows: handlers that record their start and end, fail on demand, fan out at run
-time and combine what their parents returned."""
+"""A test app of workflows: handlers that record their start and end, fail on demand (always, or for
+their first attempts), fan out at run time and combine what their parents returned."""
 
 from __future__ import annotations
 
@@ -64,3 +64,27 @@ def report(job: Job) -> dict:
         found = parents(conn, job)
     values = [p.return_value for p in found if p.kind == "parse"]
     return {"parents": len(found), "parsed": len(values), "sum": sum(values)}
+
+
+@app.handler("flaky", max_attempts=3)
+def flaky(job: Job) -> int:
+    """Fails its first `fails` attempts (default 1), then returns its n: a retry that ends done."""
+    _record(job, "start")
+    failing = job.attempts <= job.payload.get("fails", 1)
+    _record(job, "end")
+    if failing:
+        raise RuntimeError(f"flaky {job.payload.get('n')} fails attempt {job.attempts}")
+    return job.payload.get("n", 0)
+
+
+@app.handler("gather")
+def gather(job: Job) -> dict:
+    """A fan-in that records its runs as `step` does (and sleeps as long): how many parents it found, how
+    many of them ended done, and the sum of the numbers those returned."""
+    _record(job, "start")
+    time.sleep(job.payload.get("sleep", 0))
+    with psycopg.connect(os.environ["JOBSUP_DSN"]) as conn:
+        found = parents(conn, job)
+    done = [p.return_value for p in found if p.status == "done"]
+    _record(job, "end")
+    return {"parents": len(found), "done": len(done), "sum": sum(v for v in done if isinstance(v, int))}
