@@ -258,8 +258,8 @@ def test_cancel_by_kind_and_queue(conn, dsn):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["cancel"], "cancel needs either --id N ... or --kind K (one of them)"),
-        (["cancel", "--id", "1", "--kind", "x"], "cancel needs either --id N ... or --kind K (one of them)"),
+        (["cancel"], "cancel needs one of --id N ..., --kind K or --workflow ID"),
+        (["cancel", "--id", "1", "--kind", "x"], "cancel needs one of --id N ..., --kind K or --workflow ID"),
         (["cancel", "--id", "1", "--queue", "q"], "--queue narrows --kind; with --id the ids say which jobs"),
         (["cancel", "--kind", " "], "--kind cannot be empty"),
         (["pause", ""], "a queue name cannot be empty"),

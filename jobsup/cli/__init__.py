@@ -43,6 +43,7 @@ COMMANDS = (
     "metrics",
     "limit",
     "explain",
+    "workflow",
 )
 
 

@@ -10,10 +10,10 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from jobsup.cli.options import connect, duration, integer, iso_time, positive_int
+from jobsup.cli.options import connect, duration, integer, iso_time, job_ids, positive_int
 from jobsup.durations import parse_duration
 from jobsup.errors import EXIT_OK, BadInput
-from jobsup.job import EncodedPayload, JobSpec, make_spec
+from jobsup.job import PARENT_FAILURE_POLICIES, EncodedPayload, JobSpec, make_spec
 
 if TYPE_CHECKING:
     from jobsup.app import App
@@ -29,9 +29,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Enqueue KIND with an optional JSON payload, or every line of --file "
         "(one JSON object per line: kind, payload, queue, priority, delay, "
-        "run_at, max_attempts, unique_key, key) in one transaction. With --file, "
-        "--queue, --priority, --delay, --run-at and --max-attempts are the "
-        "defaults of the lines that do not set that field. The payload is a JSON "
+        "run_at, max_attempts, unique_key, key, after, on_parent_failure) in one "
+        "transaction. With --file, --queue, --priority, --delay, --run-at, "
+        "--max-attempts, --after and --on-parent-failure are the defaults of the "
+        "lines that do not set that field. A job with --after (after: [ids] in a "
+        "line) waits until each of those jobs has finished. The payload is a JSON "
         "object. With --app, what the flags and lines leave out takes the "
         "defaults of the kind's handler, and a kind the app has no handler for "
         "is refused."
@@ -67,6 +69,18 @@ def configure(p: argparse.ArgumentParser) -> None:
         "the handler's key function computes it when not given",
     )
     p.add_argument(
+        "--after",
+        type=job_ids,
+        action="extend",
+        metavar="ID[,ID...]",
+        help="wait until each of these jobs has finished: --after 12,13 or --after 12 --after 13",
+    )
+    p.add_argument(
+        "--on-parent-failure",
+        choices=PARENT_FAILURE_POLICIES,
+        help="with --after: when one of them ends dead or cancelled, cancel this job too (default) or run it anyway",
+    )
+    p.add_argument(
         "--json",
         action="store_true",
         help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
@@ -75,16 +89,34 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.set_defaults(run=run)
 
 
-_FILE_FIELDS = {"kind", "payload", "queue", "priority", "delay", "run_at", "max_attempts", "unique_key", "key"}
+_FILE_FIELDS = {
+    "kind",
+    "payload",
+    "queue",
+    "priority",
+    "delay",
+    "run_at",
+    "max_attempts",
+    "unique_key",
+    "key",
+    "after",
+    "on_parent_failure",
+}
 # The flags of `enqueue` that are defaults for the lines of --file that do not set the field.
-_FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts")
+_FILE_DEFAULTS = ("queue", "priority", "delay", "run_at", "max_attempts", "after", "on_parent_failure")
 # How to enqueue a kind the --app has no handler for, as its refusal says.
 _ELSEWHERE = "jobsup enqueue without --app"
+# Job ids are bigint, past the integer range of options.positive_int.
 
 
 def _flags(args: argparse.Namespace) -> dict[str, Any]:
     """The options the flags set: an unset one is left to the handler (with --app), else to JobSpec."""
-    return {name: getattr(args, name) for name in _FILE_DEFAULTS if getattr(args, name) is not None}
+    if args.on_parent_failure is not None and not args.after and not args.file:
+        raise BadInput("--on-parent-failure says what a parent's failure does: give the parents with --after")
+    flags = {name: getattr(args, name) for name in _FILE_DEFAULTS if getattr(args, name) is not None}
+    if "after" in flags:
+        flags["after"] = tuple(flags["after"])
+    return flags
 
 
 def _load_app(target: str | None) -> App | None:
@@ -125,6 +157,8 @@ def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = No
             if not isinstance(fields["run_at"], str):
                 raise BadInput(f"run_at must be an ISO time string, not {fields['run_at']!r}")
             fields["run_at"] = iso_time(fields["run_at"])
+        if isinstance(fields.get("after"), list):
+            fields["after"] = tuple(fields["after"])  # JobSpec's type; check_dependencies names what is wrong
         kind = fields["kind"]
         handler = app.defaults(kind) if app is not None and isinstance(kind, str) else {}
         spec = JobSpec(**{**handler, **(defaults or {}), **fields})  # the line, then a flag, then the handler
@@ -223,6 +257,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({"id": job_id, "skipped": job_id is None}))
     elif job_id is None:
         print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
+    elif spec.after:
+        print(f"enqueued job {job_id}, after {', '.join(map(str, spec.after))}")
     else:
         print(f"enqueued job {job_id}")
     return EXIT_OK

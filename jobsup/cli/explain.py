@@ -5,38 +5,20 @@ from __future__ import annotations
 import argparse
 import json
 
-from jobsup.cli.options import connect
+from jobsup.cli.options import connect, job_id
 from jobsup.errors import EXIT_OK
 
 HELP = "say why a job is not running (or where it is)"
 
 # Job ids are bigint, past the integer range of options.positive_int.
-_MAX_ID = 2**63 - 1
-
-
-def job_id(text: str) -> int:
-    """A job's id: a whole number from 1 up, refused by argparse in one line otherwise.
-
-    >>> job_id("42")
-    42
-    >>> job_id("x")
-    Traceback (most recent call last):
-    argparse.ArgumentTypeError: a job id is a whole number from 1 up, not 'x'
-    """
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if not 1 <= value <= _MAX_ID:
-        raise argparse.ArgumentTypeError(f"a job id is a whole number from 1 up, not {text!r}")
-    return value
 
 
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
-        "Say what holds job ID, from the database: finished, running, scheduled or waiting for its "
-        "retry, its queue paused, a limit of its kind or key at its concurrency or rate, no live "
-        "supervisor that serves its queue or runs its kind; else it is ready to start."
+        "Say what holds job ID, from the database: finished, running, waiting for its parents (the "
+        "unfinished ones by id), scheduled or waiting for its retry, its queue paused, a limit of its "
+        "kind or key at its concurrency or rate, no live supervisor that serves its queue or runs its "
+        "kind; else it is ready to start."
     )
     p.add_argument("id", type=job_id, metavar="ID", help="the job's id")
     p.add_argument(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING, NoReturn
 
@@ -44,6 +45,48 @@ def _whole(text: str) -> int:
         return int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+
+
+ID_MAX = 2**63 - 1  # bigint, the type of job and workflow ids
+
+
+def record_id(what: str) -> Callable[[str], int]:
+    """The argparse type of the id of `what` (a job, a workflow): a whole number from 1 up.
+
+    >>> record_id("job")("42")
+    42
+    >>> record_id("workflow")("x")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: a workflow id is a whole number from 1 up, not 'x'
+    """
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if not 1 <= value <= ID_MAX:
+            raise argparse.ArgumentTypeError(f"a {what} id is a whole number from 1 up, not {text.strip()!r}")
+        return value
+
+    parse.__name__ = f"{what}_id"  # what argparse names in an error
+    return parse
+
+
+job_id = record_id("job")
+workflow_id = record_id("workflow")
+
+
+def job_ids(text: str) -> list[int]:
+    """Job ids separated by commas.
+
+    >>> job_ids("12"), job_ids("12, 13")
+    ([12], [12, 13])
+    >>> job_ids("12,abc")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: a job id is a whole number from 1 up, not 'abc'
+    """
+    return [job_id(part) for part in text.split(",")]
 
 
 def positive_int(text: str) -> int:

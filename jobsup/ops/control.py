@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import getpass
 import socket
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -31,7 +31,9 @@ def operator() -> str:
 @dataclass(frozen=True)
 class JobAction:
     """What a command did to one job. `action`: cancelled, requested (running: its supervisor stops
-    it), retried, or unchanged; `status` is the job's status after the command."""
+    it), retried, or unchanged; after a cancel, the jobs that waited for a job it cancelled are
+    cascaded (cancelled with it) or released (queued: on_parent_failure "run"). `status` is the job's
+    status after the command."""
 
     id: int
     kind: str
@@ -61,24 +63,32 @@ def _name(value: str | None, what: str) -> str | None:
     return value
 
 
-def _cancel_params(ids: Sequence[int] | None, kind: str | None, queue: str | None, by: str | None) -> dict[str, Any]:
-    if (ids is None) == (kind is None):
-        raise BadInput("cancel needs either --id N ... or --kind K (one of them)")
+def _cancel_params(
+    ids: Sequence[int] | None, kind: str | None, queue: str | None, workflow: int | None, by: str | None
+) -> dict[str, Any]:
+    if sum(given is not None for given in (ids, kind, workflow)) != 1:
+        raise BadInput("cancel needs one of --id N ..., --kind K or --workflow ID")
     if queue is not None and kind is None:
-        raise BadInput("--queue narrows --kind; with --id the ids say which jobs")
+        says = "the ids say" if workflow is None else "the workflow says"
+        raise BadInput(f"--queue narrows --kind; with --{'id' if workflow is None else 'workflow'} {says} which jobs")
+    if workflow is not None and (isinstance(workflow, bool) or not isinstance(workflow, int) or workflow < 1):
+        raise BadInput(f"--workflow takes a workflow's id, a whole number from 1, not {workflow!r}")
     return {
         "ids": list(ids) if ids is not None else None,
         "kind": _name(kind, "--kind"),
         "queue": _name(queue, "--queue"),
+        "workflow": workflow,
         "by": by or operator(),
     }
 
 
-def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobAction]:
+def _cancel_actions(before: dict[int, tuple], changed: list[tuple], followed: list[tuple]) -> list[JobAction]:
     actions = []
-    for job_id, job_kind, _queue, status, locked_by, _told in changed:
-        if status == "cancelled":  # only a queued job is cancelled by the statement itself
-            actions.append(JobAction(job_id, job_kind, "cancelled", "cancelled", "queued"))
+    for job_id, job_kind, _queue, status, locked_by, was_waiting, _told in changed:
+        if status == "cancelled":  # only a waiting or queued job is cancelled by the statement itself
+            actions.append(
+                JobAction(job_id, job_kind, "cancelled", "cancelled", "waiting" if was_waiting else "queued")
+            )
         else:
             actions.append(
                 JobAction(
@@ -95,7 +105,31 @@ def _cancel_actions(before: dict[int, tuple], changed: list[tuple]) -> list[JobA
         if job_id not in done:
             note = f"cancel requested already by {cancelled_by}" if status == "running" else f"{status} already"
             actions.append(JobAction(job_id, job_kind, "unchanged", status, status, note))
-    return sorted(actions, key=lambda a: a.id)
+    # What the cancel did to the jobs that wait for these comes after them: the console takes the first
+    # action of a cancel by one id as that job's.
+    after = [
+        JobAction(job_id, kind, action, status, "waiting", note) for job_id, kind, action, status, note in followed
+    ]
+    return sorted(actions, key=lambda a: a.id) + after
+
+
+def _cancel_steps(
+    ids: Sequence[int] | None, kind: str | None, queue: str | None, workflow: int | None, by: str | None
+) -> Generator[Op, Any, list[JobAction]]:
+    """The statements of a cancel, each sent the answer of the one before (run by cancel and acancel)."""
+    params = _cancel_params(ids, kind, queue, workflow, by)
+    before: dict[int, tuple] = {}
+    if ids:
+        rows = yield Op("jobs_status", {"ids": list(ids)}, list)
+        before = _missing(ids, rows)
+    if workflow is not None:
+        found = yield Op("workflow_row", {"id": workflow}, list)
+        if not found:
+            raise BadInput(f"no workflow {workflow}; nothing was changed")
+    changed = yield Op("cancel_jobs", params, list)
+    gone = [row[0] for row in changed if row[3] == "cancelled"]
+    followed = (yield Op("cancel_followed", {"ids": gone}, list)) if gone else []
+    return _cancel_actions(before, changed, followed)
 
 
 def cancel(
@@ -104,17 +138,23 @@ def cancel(
     ids: Sequence[int] | None = None,
     kind: str | None = None,
     queue: str | None = None,
+    workflow: int | None = None,
     by: str | None = None,
 ) -> list[JobAction]:
-    """Cancel jobs by id, or every queued and running job of `kind` (in `queue`). Queued (and
-    scheduled) jobs become `cancelled` at once; a running job's supervisor is told to stop it (it then
-    records `cancelled`); finished jobs are reported and left as they are. An unknown id is BadInput,
-    with nothing changed."""
-    params = _cancel_params(ids, kind, queue, by)
+    """Cancel jobs by id, every waiting, queued and running job of `kind` (in `queue`), or every one of
+    `workflow`. Waiting and queued (and scheduled) jobs become `cancelled` at once; a running job's
+    supervisor is told to stop it (it then records `cancelled`); finished jobs are reported (by id)
+    and left as they are. The jobs that waited for a job cancelled here follow, after those: each
+    `cascaded` (cancelled with it, under on_parent_failure "cancel") or `released` (queued, under
+    "run"). An unknown id or workflow is BadInput, with nothing changed."""
+    steps = _cancel_steps(ids, kind, queue, workflow, by)
     with conn.transaction():
-        before = _missing(ids, conn.execute(SQL["jobs_status"], {"ids": list(ids)}).fetchall()) if ids else {}
-        changed = conn.execute(SQL["cancel_jobs"], params).fetchall()
-    return _cancel_actions(before, changed)
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(run(conn, op))
+        except StopIteration as finished:
+            return finished.value
 
 
 async def acancel(
@@ -123,16 +163,17 @@ async def acancel(
     ids: Sequence[int] | None = None,
     kind: str | None = None,
     queue: str | None = None,
+    workflow: int | None = None,
     by: str | None = None,
 ) -> list[JobAction]:
-    params = _cancel_params(ids, kind, queue, by)
+    steps = _cancel_steps(ids, kind, queue, workflow, by)
     async with conn.transaction():
-        before = {}
-        if ids:
-            cur = await conn.execute(SQL["jobs_status"], {"ids": list(ids)})
-            before = _missing(ids, await cur.fetchall())
-        changed = await (await conn.execute(SQL["cancel_jobs"], params)).fetchall()
-    return _cancel_actions(before, changed)
+        try:
+            op = next(steps)
+            while True:
+                op = steps.send(await arun(conn, op))
+        except StopIteration as finished:
+            return finished.value
 
 
 def retry(conn: psycopg.Connection, ids: Sequence[int]) -> list[JobAction]:

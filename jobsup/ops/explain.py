@@ -1,10 +1,11 @@
 """Why a job is where it is: `jobsup explain ID` and the console's job screen.
 
-The answer is read from the database only (the job's row, its queue's pause, its kind's limits, the
-supervisors' heartbeats), by statements that cost the same whatever the backlog
+The answer is read from the database only (the job's row, its parents, its queue's pause, its kind's
+limits, the supervisors' heartbeats), by statements that cost the same whatever the backlog
 (`db/queries/explain.sql`). The first condition that holds the job back is the answer, in the order a
-job meets them: finished, running, not due yet, its queue paused, its kind's limits (concurrency, then
-the key's, then the kind's rate, then the key's), no live supervisor that can run it; else it is ready.
+job meets them: finished, running, waiting for its parents, not due yet, its queue paused, its kind's
+limits (concurrency, then the key's, then the kind's rate, then the key's), no live supervisor that can
+run it; else it is ready.
 Each answer has a short stable `reason` for scripts and a line or two of text for a person.
 """
 
@@ -26,6 +27,8 @@ from jobsup.ops.unserved import STALE_AFTER
 
 # Holders of a limit named in the text; `details` has as many.
 SHOWN_HOLDERS = 10
+# Unfinished parents of a waiting job named in the text; `details` has as many.
+SHOWN_PARENTS = 10
 # Job ids are bigint: a larger number cannot be one, and would be a database error rather than "no job".
 _MAX_ID = 2**63 - 1
 
@@ -37,7 +40,7 @@ Answer = tuple[str, str, dict[str, Any]]
 @dataclass(frozen=True)
 class Explanation:
     """Why job `id` is where it is: `reason` is a short stable code (done, dead, cancelled, running,
-    scheduled, retry, paused, concurrency, key_concurrency, rate, key_rate, no_supervisor_queue,
+    waiting, scheduled, retry, paused, concurrency, key_concurrency, rate, key_rate, no_supervisor_queue,
     no_supervisor_kind, ready), `text` what a person reads, `details` the figures behind it (JSON-ready)."""
 
     id: int
@@ -63,17 +66,20 @@ def explain(conn: psycopg.Connection[Any], job_id: int) -> Explanation:
     with conn.cursor(row_factory=dict_row) as cur:
         job = _found(cur.execute(SQL["explain_job"], _job_params(job_id)).fetchone(), job_id)
         limits = cur.execute(SQL["explain_limits"], _limit_params(job)).fetchone() if _limits_matter(job) else None
-    return _explain(job, limits)
+        parents = cur.execute(SQL["explain_parents"], _parent_params(job)).fetchone() if _waiting_job(job) else None
+    return _explain(job, limits, parents)
 
 
 async def aexplain(conn: psycopg.AsyncConnection[Any], job_id: int) -> Explanation:
     """explain on an async connection (the console's)."""
     async with conn.cursor(row_factory=dict_row) as cur:
         job = _found(await (await cur.execute(SQL["explain_job"], _job_params(job_id))).fetchone(), job_id)
-        limits = None
+        limits = parents = None
         if _limits_matter(job):
             limits = await (await cur.execute(SQL["explain_limits"], _limit_params(job))).fetchone()
-    return _explain(job, limits)
+        if _waiting_job(job):
+            parents = await (await cur.execute(SQL["explain_parents"], _parent_params(job))).fetchone()
+    return _explain(job, limits, parents)
 
 
 def explain_text(conn: psycopg.Connection[Any], job_id: int) -> str:
@@ -107,11 +113,20 @@ def _limit_params(job: Row) -> dict[str, Any]:
     return {"kind": job["kind"], "key": job["key"], "shown": SHOWN_HOLDERS}
 
 
-def _explain(job: Row, limits: Row | None) -> Explanation:
+def _waiting_job(job: Row) -> bool:
+    return job["status"] == "waiting"
+
+
+def _parent_params(job: Row) -> dict[str, Any]:
+    return {"id": job["id"], "shown": SHOWN_PARENTS}
+
+
+def _explain(job: Row, limits: Row | None, parents: Row | None = None) -> Explanation:
     """The first condition that holds the job, as (reason, text, details of its own)."""
     reason, text, own = (
         _finished(job)
         or _running(job)
+        or _waiting(job, parents)
         or _not_due(job)
         or _paused(job)
         or _limited(job, limits)
@@ -142,13 +157,16 @@ def _finished(job: Row) -> Answer | None:
         text = f"dead since {_when(job['done_at'], now)}, after {of} failed: {job['last_error']}"
         return "dead", text, {"done_at": _iso(job["done_at"]), "last_error": job["last_error"]}
     if status == "cancelled":
-        by = job["cancelled_by"]
-        # A handler's Discard gives its reason as the error; an operator's cancel only says who.
-        text = (
-            f"cancelled by its handler {_when(job['done_at'], now, 'at')}: {job['last_error']}"
-            if by == "handler"
-            else f"cancelled by {by or 'an unknown operator'} {_when(job['done_at'], now, 'at')}"
-        )
+        by, at = job["cancelled_by"], _when(job["done_at"], now, "at")
+        # A handler's Discard gives its reason as the error, and so does the workflow that cancels a job
+        # whose parent failed ("cancelled: job N, which it waits for, ended dead"); an operator's cancel
+        # only says who.
+        if by == "handler":
+            text = f"cancelled by its handler {at}: {job['last_error']}"
+        elif by == "workflow":
+            text = f"cancelled {at}: {(job['last_error'] or 'a job it waits for failed').removeprefix('cancelled: ')}"
+        else:
+            text = f"cancelled by {by or 'an unknown operator'} {at}"
         details = {"done_at": _iso(job["done_at"]), "cancelled_by": by, "last_error": job["last_error"]}
         return "cancelled", text, details
     return None
@@ -177,6 +195,33 @@ def _running(job: Row) -> Answer | None:
         "cancel_requested_by": job["cancelled_by"],
     }
     return "running", "\n".join(lines), details
+
+
+def _waiting(job: Row, parents: Row | None) -> Answer | None:
+    """A job with parents that have not all finished: which ones (a waiting job is claimed by no one,
+    whatever its queue, limits and supervisors, until the last of them finishes)."""
+    if job["status"] != "waiting" or parents is None:
+        return None
+    total, left = parents["parents"], parents["unfinished"]
+    shown = list(zip(parents["ids"] or [], parents["kinds"] or [], parents["statuses"] or [], strict=True))
+    details = {
+        "parents": total,
+        "parents_left": left,
+        "waiting_for": [{"id": i, "kind": k, "status": s} for i, k, s in shown],
+    }
+    if not left:
+        # Seen only inside the transaction that settles its last parent: settled and queued together.
+        said = f"all {_parents(total)} have finished" if total else "it has no parent"
+        return "waiting", f"waiting, though {said}", details
+    ids = ", ".join(str(i) for i, _, _ in shown) + (", …" if left > len(shown) else "")
+    text = f"waiting for {left} of {_parents(total)}: {'id' if left == 1 else 'ids'} {ids}"
+    if len(shown) == 1:
+        text += f" ({shown[0][1]}, {shown[0][2]})"
+    return "waiting", text, details
+
+
+def _parents(n: int) -> str:
+    return f"{n} parent{'' if n == 1 else 's'}"
 
 
 def _not_due(job: Row) -> Answer | None:

@@ -13,33 +13,51 @@ FROM jobsup.jobs WHERE id = ANY(%(ids)s::bigint[])
 ORDER BY id
 
 -- name: cancel_jobs
--- `jobsup cancel`: by ids, or every live job of a kind (in a queue). A queued (or scheduled) job is
--- cancelled at once; a running one gets the request (cancelled_by) and its supervisor is told. Row by row
--- the UPDATE re-reads a row that changed under it, so a job claimed meanwhile gets the request.
+-- `jobsup cancel`: by ids, every live job of a kind (in a queue), or every live job of a workflow. A
+-- waiting, queued (or scheduled) job is cancelled at once; a running one gets the request (cancelled_by)
+-- and its supervisor is told. Row by row the UPDATE re-reads a row that changed under it, so a job
+-- claimed meanwhile gets the request. The jobs that wait for a job cancelled here are settled by the
+-- trigger jobs_finished (migration 0009) at the end of this statement: cancel_followed reads what it did.
 WITH target AS (
     SELECT id FROM jobsup.jobs WHERE id = ANY(%(ids)s::bigint[])
     UNION ALL
     SELECT id FROM jobsup.jobs
-    WHERE %(ids)s::bigint[] IS NULL AND status = 'queued' AND kind = %(kind)s::text
+    WHERE %(kind)s::text IS NOT NULL AND status = 'queued' AND kind = %(kind)s::text
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
     UNION ALL
     SELECT id FROM jobsup.jobs
-    WHERE %(ids)s::bigint[] IS NULL AND status = 'running' AND kind = %(kind)s::text
+    WHERE %(kind)s::text IS NOT NULL AND status = 'running' AND kind = %(kind)s::text
       AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    UNION ALL
+    SELECT id FROM jobsup.jobs
+    WHERE %(kind)s::text IS NOT NULL AND status = 'waiting' AND kind = %(kind)s::text
+      AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
+    UNION ALL
+    -- jobs_workflow_idx: the workflow's unfinished jobs, however many it has finished.
+    SELECT id FROM jobsup.jobs
+    WHERE workflow_id = %(workflow)s::bigint AND status IN ('waiting', 'queued', 'running')
+), locked AS (
+    -- In id order, as settle_children locks the children of a parent whose outcome is being written:
+    -- a cancel of parents and children together never holds a child that such a write waits for while
+    -- it waits for that parent.
+    SELECT j.id FROM jobsup.jobs j WHERE j.id IN (SELECT id FROM target) ORDER BY j.id FOR NO KEY UPDATE
 ), changed AS (
     UPDATE jobsup.jobs j
-    SET status = CASE WHEN j.status = 'queued' THEN 'cancelled' ELSE j.status END,
-        done_at = CASE WHEN j.status = 'queued' THEN now() ELSE j.done_at END,
+    SET status = CASE WHEN j.status IN ('waiting', 'queued') THEN 'cancelled' ELSE j.status END,
+        done_at = CASE WHEN j.status IN ('waiting', 'queued') THEN now() ELSE j.done_at END,
         cancelled_by = %(by)s::text,
-        last_error = CASE WHEN j.status = 'queued' THEN 'cancelled by ' || %(by)s::text ELSE j.last_error END,
-        errors = CASE WHEN j.status = 'queued'
+        last_error = CASE WHEN j.status IN ('waiting', 'queued') THEN 'cancelled by ' || %(by)s::text
+                          ELSE j.last_error END,
+        errors = CASE WHEN j.status IN ('waiting', 'queued')
                       THEN j.errors || jsonb_build_array(jsonb_build_object(
                                'attempt', j.attempts, 'at', now(), 'error', 'cancelled by ' || %(by)s::text,
                                'by', %(by)s::text))
                       ELSE j.errors END
-    FROM target t
-    WHERE j.id = t.id AND (j.status = 'queued' OR (j.status = 'running' AND j.cancelled_by IS NULL))
-    RETURNING j.id, j.kind, j.queue, j.status, j.locked_by
+    FROM locked t
+    WHERE j.id = t.id AND (j.status IN ('waiting', 'queued') OR (j.status = 'running' AND j.cancelled_by IS NULL))
+    -- RETURNING sees the new row only: a job that was waiting still counts parents it waited for, where
+    -- a queued one has none left (settle_children brings the count to 0 as it queues a job).
+    RETURNING j.id, j.kind, j.queue, j.status, j.locked_by, j.parents_left > 0 AS was_waiting
 ), totals AS (
     INSERT INTO jobsup.kind_totals AS t (kind, slot, cancelled)
     SELECT kind, mod(pg_backend_pid(), 16)::smallint, count(*) FROM changed WHERE status = 'cancelled' GROUP BY kind
@@ -52,8 +70,35 @@ WITH target AS (
     FROM changed WHERE status = 'running'
     HAVING count(*) > 0
 )
-SELECT id, kind, queue, status, locked_by, (SELECT count(*) FROM told) AS told FROM changed
+SELECT id, kind, queue, status, locked_by, was_waiting, (SELECT count(*) FROM told) AS told FROM changed
 ORDER BY id
+
+-- name: cancel_followed
+-- What the trigger jobs_finished did, in this transaction, to the jobs that wait for the jobs cancel_jobs
+-- just cancelled (%(ids)s): those it cancelled under the policy 'cancel' (transitively: cancelled_by
+-- 'workflow' at this transaction's now(), reached through 'cancel' dependencies), and those under 'run'
+-- it queued (each was waiting while its parent had not finished, so queued now means released now).
+-- The walk follows dependencies by parent_id, the leading column of their primary key.
+WITH RECURSIVE gone(id) AS (
+    SELECT unnest(%(ids)s::bigint[])
+    UNION
+    SELECT c.id FROM gone g
+    JOIN jobsup.dependencies e ON e.parent_id = g.id AND e.on_parent_failure = 'cancel'
+    JOIN jobsup.jobs c ON c.id = e.child_id
+    WHERE c.status = 'cancelled' AND c.cancelled_by = 'workflow' AND c.done_at = now()
+)
+SELECT c.id, c.kind, 'cascaded' AS action, c.status, c.last_error AS note
+FROM gone g JOIN jobsup.jobs c ON c.id = g.id
+WHERE NOT c.id = ANY(%(ids)s::bigint[])
+UNION ALL
+SELECT c.id, c.kind, 'released', c.status,
+       'queued: it waited for job ' || min(e.parent_id) || ' with on_parent_failure run'
+FROM gone g
+JOIN jobsup.dependencies e ON e.parent_id = g.id AND e.on_parent_failure = 'run'
+JOIN jobsup.jobs c ON c.id = e.child_id
+WHERE c.status = 'queued'
+GROUP BY c.id
+ORDER BY 1
 
 -- name: retry_now
 -- `jobsup retry`: a job waiting for its backoff (queued, run_at in the future, attempted before) is due

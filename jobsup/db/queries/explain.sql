@@ -57,3 +57,16 @@ CROSS JOIN LATERAL (
       AND j.limited
 ) key_held
 WHERE l.kind = %(kind)s AND l.limited
+
+-- name: explain_parents
+-- A waiting job's parents (jobsup.dependencies, by dependencies_child_idx): how many it has, how many
+-- have not finished (their dependency is not settled yet), and the first %(shown)s of those with their
+-- kind and status. A job waits for as many parents as a workflow gave it: this reads that many rows.
+SELECT count(*) AS parents,
+       count(*) FILTER (WHERE NOT e.settled) AS unfinished,
+       (array_agg(e.parent_id ORDER BY e.parent_id) FILTER (WHERE NOT e.settled))[1:%(shown)s] AS ids,
+       (array_agg(p.kind ORDER BY e.parent_id) FILTER (WHERE NOT e.settled))[1:%(shown)s] AS kinds,
+       (array_agg(p.status ORDER BY e.parent_id) FILTER (WHERE NOT e.settled))[1:%(shown)s] AS statuses
+FROM jobsup.dependencies e
+LEFT JOIN jobsup.jobs p ON p.id = e.parent_id
+WHERE e.child_id = %(id)s
