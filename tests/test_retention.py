@@ -76,21 +76,26 @@ def test_prune_removes_exactly_the_jobs_past_their_window(dsn, conn):
     # Batches of 7: every kind of row takes several, and the round goes on until none is left.
     removed = prune(dsn, Retention(keep_done=HOUR, keep_dead=4 * HOUR), batch=BatchSize(size=7, largest=7))
 
-    assert removed == {"done": 30, "dead": 25, "events": 1}
+    assert removed == {"done": 30, "dead": 25, "events": 1, "workflows": 0}
     assert ids(conn) == set(young_done + dead_past_done_window + live)
     assert not ids(conn) & set(old_done + old_dead)
     assert [r[0] for r in conn.execute("SELECT count FROM jobsup.events")] == [2]
-    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=4 * HOUR)) == {"done": 0, "dead": 0, "events": 0}
+    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=4 * HOUR)) == {
+        "done": 0,
+        "dead": 0,
+        "events": 0,
+        "workflows": 0,
+    }
 
 
 def test_zero_keeps_forever(dsn, conn):
     done = add(conn, "done", 1000 * HOUR, 5)
     add(conn, "dead", 1000 * HOUR, 5)
-    assert prune(dsn, Retention(keep_done=0, keep_dead=HOUR)) == {"done": 0, "dead": 5, "events": 0}
+    assert prune(dsn, Retention(keep_done=0, keep_dead=HOUR)) == {"done": 0, "dead": 5, "events": 0, "workflows": 0}
     assert ids(conn) == set(done)
     dead = add(conn, "dead", 1000 * HOUR, 2)
-    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=0)) == {"done": 5, "dead": 0, "events": 0}
-    assert prune(dsn, Retention(keep_done=0, keep_dead=0)) == {"done": 0, "dead": 0, "events": 0}
+    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=0)) == {"done": 5, "dead": 0, "events": 0, "workflows": 0}
+    assert prune(dsn, Retention(keep_done=0, keep_dead=0)) == {"done": 0, "dead": 0, "events": 0, "workflows": 0}
     assert ids(conn) == set(dead)
 
 
@@ -112,7 +117,7 @@ def test_per_kind_totals_keep_every_job_ever_done_and_dead_means_dead_now(dsn, c
     assert before == {"a": (6, 0, 0), "b": (2, 5, 3)}
     conn.execute("UPDATE jobsup.jobs SET done_at = now() - interval '30 days'")
 
-    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=HOUR)) == {"done": 8, "dead": 3, "events": 0}
+    assert prune(dsn, Retention(keep_done=HOUR, keep_dead=HOUR)) == {"done": 8, "dead": 3, "events": 0, "workflows": 0}
 
     # done and failed count every job and attempt ever; dead is what one can still requeue.
     assert totals(conn) == {"a": (6, 0, 0), "b": (2, 5, 0)}
@@ -126,7 +131,7 @@ def test_a_requeued_dead_job_keeps_its_id_and_history_and_is_not_pruned(dsn, con
     conn.execute("UPDATE jobsup.jobs SET done_at = now() - interval '30 days'")
     assert control.requeue_dead(conn, ids=[job_id]) == [job_id]
 
-    assert prune(dsn, Retention(keep_done=1, keep_dead=1)) == {"done": 0, "dead": 0, "events": 0}
+    assert prune(dsn, Retention(keep_done=1, keep_dead=1)) == {"done": 0, "dead": 0, "events": 0, "workflows": 0}
     status, errors, last_error = conn.execute(
         "SELECT status, errors, last_error FROM jobsup.jobs WHERE id = %s", (job_id,)
     ).fetchone()
@@ -212,13 +217,17 @@ def test_prune_command_dry_run_changes_nothing_and_the_real_run_says_what_it_del
 
     result = jobsup("prune", "--dsn", dsn, "--dry-run")
     assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("would delete 6 done jobs, 3 dead jobs, 0 events (kept: done 24h, dead 7d")
+    assert result.stdout.startswith(
+        "would delete 6 done jobs, 3 dead jobs, 0 events, 0 workflows (kept: done 24h, dead 7d"
+    )
     dry = json.loads(jobsup("prune", "--dsn", dsn, "--dry-run", "--json", "--keep-dead", "10d").stdout)
     assert (dry["dry_run"], dry["done"], dry["dead"], dry["keep_dead"]) == (True, 6, 0, 864000.0)
     assert (ids(conn), totals(conn)) == before
 
     result = jobsup("prune", "--dsn", dsn, "--keep-done", "0")
-    assert result.stdout.startswith("deleted 0 done jobs, 3 dead jobs, 0 events (kept: done forever, dead 7d")
+    assert result.stdout.startswith(
+        "deleted 0 done jobs, 3 dead jobs, 0 events, 0 workflows (kept: done forever, dead 7d"
+    )
     assert status_counts(conn) == {"done": 8}
     result = jobsup("prune", "--dsn", dsn, "--json")
     assert json.loads(result.stdout)["done"] == 6
@@ -265,4 +274,4 @@ def test_dry_run_counts_what_a_prune_then_removes(dsn, conn):
         finally:
             await conn_.close()
 
-    assert asyncio.run(count()) == {"done": 11, "dead": 5, "events": 0} == prune(dsn, retention)
+    assert asyncio.run(count()) == {"done": 11, "dead": 5, "events": 0, "workflows": 0} == prune(dsn, retention)

@@ -11,7 +11,7 @@ from jobsup.durations import format_duration
 from jobsup.errors import EXIT_OK
 from jobsup.ops.prune import KEEP_DEAD, KEEP_DONE, Pruned, Retention, aprunable, aprune
 
-HELP = "delete finished jobs past their window"
+HELP = "delete finished jobs and workflows past their window"
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
@@ -20,7 +20,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.description = (
         "Delete done jobs older than --keep-done, dead and cancelled jobs older than "
         "--keep-dead (by when they finished) and events older than 7 days, in batches, "
-        "taking turns with the supervisors, which do the same every --prune-interval."
+        "taking turns with the supervisors, which do the same every --prune-interval. "
+        "A workflow's jobs go together with it: --keep-done after its last job finished, "
+        "--keep-dead if one of them ended dead or cancelled."
     )
     for flag, default in (("--keep-done", KEEP_DONE), ("--keep-dead", KEEP_DEAD)):
         env = "JOBSUP_" + flag[2:].replace("-", "_").upper()
@@ -38,14 +40,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 def _said(pruned: Pruned) -> str:
     """
-    >>> _said(Pruned(done=1200, dead=1, events=0))
-    '1200 done jobs, 1 dead job, 0 events'
+    >>> _said(Pruned(done=1200, dead=1, events=0, workflows=1))
+    '1200 done jobs, 1 dead job, 0 events, 1 workflow'
     """
 
     def n(count: int, word: str) -> str:
         return f"{count} {word}" + ("" if count == 1 else "s")
 
-    return f"{n(pruned.done, 'done job')}, {n(pruned.dead, 'dead job')}, {n(pruned.events, 'event')}"
+    return ", ".join(
+        (
+            n(pruned.done, "done job"),
+            n(pruned.dead, "dead job"),
+            n(pruned.events, "event"),
+            n(pruned.workflows, "workflow"),
+        )
+    )
 
 
 def _window(seconds: float) -> str:

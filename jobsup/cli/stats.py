@@ -1,5 +1,5 @@
-"""`jobsup stats`: counts by status and kind, latency and run time per kind, the oldest ready job, the
-kinds with limits, dead jobs, expiring leases and attempts; rich tables, or one JSON object."""
+"""`jobsup stats`: counts by status and kind, workflows, latency and run time per kind, the oldest ready
+job, the kinds with limits, dead jobs, expiring leases and attempts; rich tables, or one JSON object."""
 
 from __future__ import annotations
 
@@ -14,11 +14,11 @@ from jobsup.durations import format_age
 from jobsup.durations import format_seconds as ms
 from jobsup.errors import EXIT_OK
 from jobsup.ops.latency import WINDOWS, window_label
-from jobsup.ops.snapshot import Snapshot, snapshot
+from jobsup.ops.snapshot import COUNT_COLUMNS, KIND_COLUMNS, Snapshot, snapshot
 
 HELP = (
-    "counts by status and kind, latency and run time per kind, oldest ready job, limits, dead jobs, expiring leases, "
-    "attempts"
+    "counts by status and kind, workflows, latency and run time per kind, oldest ready job, limits, dead jobs, "
+    "expiring leases, attempts"
 )
 
 
@@ -38,20 +38,20 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-_COLUMNS = ("ready", "scheduled", "running", "done", "failed", "dead", "cancelled")
-
-
 def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     console = console or Console()
+    total = snap.total
+    # The waiting column only while a job waits for its parents: without it the table fits 80 columns.
+    columns = KIND_COLUMNS if total.waiting else COUNT_COLUMNS
     kinds = Table(title="jobs by kind", title_justify="left")
     kinds.add_column("kind")
-    for name in _COLUMNS:
+    for name in columns:
         kinds.add_column(name, justify="right")
     for counts in snap.kinds:  # not `row`, the name of the dict rows below
-        kinds.add_row(counts.kind, *(f"{getattr(counts, name):,}" for name in _COLUMNS))
-    total = snap.total
-    kinds.add_row("total", *(f"{getattr(total, name):,}" for name in _COLUMNS), style="bold")
+        kinds.add_row(counts.kind, *(f"{getattr(counts, name):,}" for name in columns))
+    kinds.add_row("total", *(f"{getattr(total, name):,}" for name in columns), style="bold")
     console.print(kinds)
+    print_workflows(snap, console)
 
     if snap.paused_queues:  # control: `jobsup pause`
         paused = Table(title="paused queues (no supervisor claims from them)", title_justify="left")
@@ -87,6 +87,18 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
 
     print_latency(snap, console)
     print_leases_and_attempts(snap, console)
+
+
+def print_workflows(snap: Snapshot, console: Console) -> None:
+    """The workflows, when there is one: open, and finished as long as retention keeps them."""
+    w = snap.workflows
+    if not (w.open or w.done or w.failed):
+        return
+    table = Table(title="workflows", title_justify="left")  # done and failed: those retention keeps
+    for name in ("open", "done", "failed"):
+        table.add_column(name, justify="right")
+    table.add_row(f"{w.open:,}", f"{w.done:,}", f"{w.failed:,}")
+    console.print(table)
 
 
 def print_limits(snap: Snapshot, console: Console) -> None:

@@ -1,11 +1,12 @@
 """`jobsup metrics`: the queue-wide gauges, served once for the whole queue.
 
 Every supervisor exports what it does itself (jobsup/supervisor/metrics.py); what the queue holds
-(jobs ready, scheduled, running and dead by queue and kind, the oldest ready job per queue, and for
-each kind with a limit the jobs held against it and waiting for it) is the same whichever supervisor
-reads it, so one small process reads it at each scrape and serves it, and adding supervisors adds no
-duplicate series and no load. Each scrape reads the partial indexes of live and dead jobs, never the
-finished ones.
+(jobs waiting for their parents, ready, scheduled, running and dead by queue and kind, the oldest
+ready job per queue, for each kind with a limit the jobs held against it and waiting for it, and the
+workflows open, done and failed) is the same whichever supervisor reads it, so one small process reads
+it at each scrape and serves it, and adding supervisors adds no duplicate series and no load. Each
+scrape reads the partial indexes of live and dead jobs, never the finished ones, and the workflows
+table (a row per workflow that retention keeps).
 """
 
 from __future__ import annotations
@@ -25,7 +26,11 @@ from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput, first_line
 from jobsup.ops.snapshot import WAITING_COUNTED, LimitedKind, limited_kinds
 
-STATUSES = ("ready", "scheduled", "running", "dead")
+# The status label of jobsup_queue_jobs; all but dead are columns of live_counts (snapshot.sql).
+STATUSES = ("waiting", "ready", "scheduled", "running", "dead")
+LIVE_STATUSES = STATUSES[:-1]
+# The status label of jobsup_workflows: the columns of workflow_counts.
+WORKFLOW_STATUSES = ("open", "done", "failed")
 
 
 class QueueCollector:
@@ -37,7 +42,7 @@ class QueueCollector:
         self.lock = threading.Lock()  # the HTTP server may answer two scrapes at once
         self.last_error: str | None = None  # while the database does not answer
 
-    def _rows(self) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    def _rows(self) -> tuple[list[dict], list[dict], list[dict], list[dict], list[dict]]:
         if self.conn is None or self.conn.closed:
             self.conn = dsns.connect(self.dsn)
         with self.conn.cursor(row_factory=dict_row) as cur:
@@ -47,10 +52,11 @@ class QueueCollector:
                 ("exporter_dead", {}),
                 ("oldest_ready", {}),
                 ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
+                ("workflow_counts", {}),
             ):
                 cur.execute(SQL[name], params)
                 results.append(cur.fetchall())
-        return results[0], results[1], results[2], results[3]
+        return results[0], results[1], results[2], results[3], results[4]
 
     def collect(self) -> Iterator:
         from prometheus_client.core import GaugeMetricFamily
@@ -59,7 +65,7 @@ class QueueCollector:
         up = GaugeMetricFamily("jobsup_database_up", "1 when this scrape read the queue's figures")
         try:
             with self.lock:
-                live, dead, oldest, limited = self._rows()
+                live, dead, oldest, limited, workflows = self._rows()
             if self.last_error is not None:
                 print("jobsup metrics: the database answers again", file=sys.stderr, flush=True)
             self.last_error = None
@@ -84,12 +90,13 @@ class QueueCollector:
         yield up
         jobs = GaugeMetricFamily(
             "jobsup_queue_jobs",
-            "Jobs in the queue now, by queue, kind and status (ready: runnable now; scheduled: run_at in the future)",
+            "Jobs in the queue now, by queue, kind and status (waiting: for their parents to finish; ready: "
+            "runnable now; scheduled: run_at in the future)",
             labels=["queue", "kind", "status"],
         )
         counts: dict[tuple[str, str, str], int] = {}
         for row in live:
-            for status in ("ready", "scheduled", "running"):
+            for status in LIVE_STATUSES:
                 key = (row["queue"], row["kind"], status)
                 counts[key] = counts.get(key, 0) + row[status]
         for row in dead:
@@ -106,6 +113,15 @@ class QueueCollector:
             age.add_metric([row["queue"]], row["age"])
         yield age
         yield from limit_gauges(limited_kinds(limited))
+        flows = GaugeMetricFamily(
+            "jobsup_workflows",
+            "Workflows by status: open (a job of theirs has not finished), done (all their jobs done) and "
+            "failed (one ended dead or cancelled); finished ones for as long as retention keeps them",
+            labels=["status"],
+        )
+        for status in WORKFLOW_STATUSES:
+            flows.add_metric([status], workflows[0][status])
+        yield flows
         yield GaugeMetricFamily(
             "jobsup_exporter_scrape_seconds",
             "Time this scrape took to read the figures",

@@ -4,11 +4,17 @@ One function prunes once, `aprune`; the supervisor's pruner duty calls it on a t
 calls it from the command line. Each batch is a transaction of its own that first takes the pruning
 turn (a transaction-scoped advisory lock), then deletes at most `BatchSize.size` rows found through
 jobs_finished_idx: no statement holds locks for long, and two supervisors never delete the same rows.
+
+A workflow's jobs are not pruned one by one: a round first sweeps the open workflows and marks finished
+those whose jobs have all finished, then deletes each finished workflow past its window (--keep-done
+for a done one, --keep-dead for a failed one, counted from its last job's end) whole: jobs,
+dependencies and row. The statements are in retention.sql.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import psycopg
@@ -35,36 +41,100 @@ BATCH_TIMEOUT = 5.0
 
 @dataclass(frozen=True)
 class Retention:
-    """How long finished jobs are kept, in seconds; 0 keeps them forever."""
+    """How long finished jobs are kept, in seconds; 0 keeps them forever. A workflow is kept as its
+    jobs are: keep_done once all are done, keep_dead once one ended dead or cancelled."""
 
     keep_done: float = KEEP_DONE
     keep_dead: float = KEEP_DEAD  # dead and cancelled jobs
     keep_events: float = KEEP_EVENTS
 
-    def targets(self) -> list[tuple[str, str, float]]:
-        """(what, statement, window) for each kind of row that is pruned at all."""
-        found = [
-            ("done", "prune_done", self.keep_done),
-            ("dead", "prune_dead", self.keep_dead),
-            ("events", "prune_events", self.keep_events),
+    def steps(self) -> list[Step]:
+        """What a round does, in order: the sweep, then a step per kind of row that is pruned at all."""
+        found: list[tuple[float, Step]] = [
+            (self.keep_done, _workflows(failed=False, keep=self.keep_done)),
+            (self.keep_dead, _workflows(failed=True, keep=self.keep_dead)),
+            (self.keep_done, _rows("done", "prune_done", self.keep_done)),
+            (self.keep_dead, _rows("dead", "prune_dead", self.keep_dead)),
+            (self.keep_events, _rows("events", "prune_events", self.keep_events)),
         ]
-        return [target for target in found if target[2] > 0]
+        return [_FinishWorkflows(), *(step for keep, step in found if keep > 0)]
 
 
 @dataclass
 class Pruned:
-    """Rows removed (or, for a dry run, that would be)."""
+    """Rows removed (or, for a dry run, that would be): jobs by status (dead: dead and cancelled), those
+    of the workflows removed included, events and workflows. `workflows_finished` is not a removal: the
+    workflows the sweep marked finished (in no dry run's count)."""
 
     done: int = 0
     dead: int = 0
     events: int = 0
+    workflows: int = 0
+    workflows_finished: int = 0
 
     @property
     def total(self) -> int:
-        return self.done + self.dead + self.events
+        return self.done + self.dead + self.events + self.workflows
+
+    def add(self, other: Pruned) -> None:
+        self.done += other.done
+        self.dead += other.dead
+        self.events += other.events
+        self.workflows += other.workflows
+        self.workflows_finished += other.workflows_finished
 
     def to_json(self) -> dict[str, int]:
-        return {"done": self.done, "dead": self.dead, "events": self.events}
+        return {"done": self.done, "dead": self.dead, "events": self.events, "workflows": self.workflows}
+
+
+# One batch of a step, in the batch's transaction once it has the turn: (what it removed, whether a
+# batch after it may find more). Its argument is the batch's size.
+Step = Callable[[psycopg.AsyncCursor, int], Awaitable[tuple[Pruned, bool]]]
+
+
+def _rows(what: str, statement: str, keep: float) -> Step:
+    """Deletes one batch of finished jobs (not a workflow's) or of events, counted as `what`."""
+
+    async def step(cur: psycopg.AsyncCursor, limit: int) -> tuple[Pruned, bool]:
+        await cur.execute(SQL[statement], {"keep": keep, "limit": limit})
+        if cur.description is not None:  # the jobs' statements report their count, prune_events a rowcount
+            removed = one_row(await cur.fetchone(), statement)[0]
+        else:
+            removed = cur.rowcount
+        return Pruned(**{what: removed}), removed >= limit
+
+    return step
+
+
+def _workflows(*, failed: bool, keep: float) -> Step:
+    """Deletes the jobs of finished workflows past their window, then the workflows left without a job."""
+
+    async def step(cur: psycopg.AsyncCursor, limit: int) -> tuple[Pruned, bool]:
+        await cur.execute(SQL["prune_workflow_jobs"], {"failed": failed, "keep": keep, "limit": limit})
+        done, dead, due = one_row(await cur.fetchone(), "prune_workflow_jobs")
+        await cur.execute(SQL["prune_workflow_rows"], {"ids": due})
+        pruned = Pruned(done=done, dead=dead, workflows=cur.rowcount)
+        # More may be due past a full batch of jobs, or of workflows; a batch that removed nothing (its
+        # workflows' jobs all kept as parents of unfinished jobs) would find the same ones again.
+        more = done + dead >= limit or (len(due) >= limit and pruned.total > 0)
+        return pruned, more
+
+    return step
+
+
+class _FinishWorkflows:
+    """The sweep: open workflows in id order, a batch of them at a time, each one whose jobs have all
+    finished marked finished (finish_workflows in retention.sql)."""
+
+    def __init__(self) -> None:
+        self.after = 0  # the last id the batch before saw
+
+    async def __call__(self, cur: psycopg.AsyncCursor, limit: int) -> tuple[Pruned, bool]:
+        await cur.execute(SQL["finish_workflows"], {"after": self.after, "limit": limit})
+        last, seen, finished = one_row(await cur.fetchone(), "finish_workflows")
+        if last is not None:
+            self.after = last
+        return Pruned(workflows_finished=finished), seen >= limit
 
 
 @dataclass
@@ -90,20 +160,15 @@ class BatchSize:
             self.size = min(self.largest, self.size * 2)
 
 
-async def _batch(
-    conn: psycopg.AsyncConnection, statement: str, keep: float, batch: BatchSize, wait: bool
-) -> int | None:
-    """Delete one batch in its own transaction; None when another process has the turn."""
+async def _batch(conn: psycopg.AsyncConnection, step: Step, batch: BatchSize, wait: bool) -> tuple[Pruned, bool] | None:
+    """One batch of `step` in its own transaction; None when another process has the turn."""
     async with conn.transaction():
         async with conn.cursor() as cur:
             await cur.execute(SQL["prune_turn_wait" if wait else "prune_turn"], {"key": PRUNE_LOCK})
             if not wait and not one_row(await cur.fetchone(), "prune_turn")[0]:
                 return None
             await cur.execute(SQL["prune_timeout"], {"ms": int(batch.timeout * 1000)})
-            await cur.execute(SQL[statement], {"keep": keep, "limit": batch.size})
-            if cur.description is not None:  # prune_dead reports its count, the plain DELETEs a rowcount
-                return one_row(await cur.fetchone(), statement)[0]
-            return cur.rowcount
+            return await step(cur, batch.size)
 
 
 async def aprune(
@@ -125,22 +190,22 @@ async def aprune(
     batch = batch or BatchSize()
     pruned = Pruned() if pruned is None else pruned
     loop = asyncio.get_running_loop()
-    for what, statement, keep in retention.targets():
+    for step in retention.steps():
         while True:
-            limit = batch.size
             started = loop.time()
             try:
-                removed = await _batch(conn, statement, keep, batch, wait)
+                done = await _batch(conn, step, batch, wait)
             except psycopg.errors.QueryCanceled:
                 if batch.size <= BATCH_MIN:
                     raise  # even the smallest batch does not finish: the server is in trouble
                 batch.timed_out()
                 continue
-            if removed is None:
+            if done is None:
                 return pruned
             batch.took(loop.time() - started)
-            setattr(pruned, what, getattr(pruned, what) + removed)
-            if removed < limit:
+            removed, more = done
+            pruned.add(removed)
+            if not more:
                 break
             await asyncio.sleep(pause)
     return pruned
@@ -161,5 +226,5 @@ async def aprunable(conn: psycopg.AsyncConnection, retention: Retention) -> Prun
                 "keep_events": retention.keep_events,
             },
         )
-        done, dead, events = one_row(await cur.fetchone(), "prunable")
-    return Pruned(done, dead, events)
+        done, dead, events, workflows = one_row(await cur.fetchone(), "prunable")
+    return Pruned(done, dead, events, workflows)

@@ -1,7 +1,8 @@
 """What is in the queue, as plain values: the figures of `jobsup stats` and of the console.
 
 Every query reads a partial index of live jobs or the small per-kind totals, so its cost follows the
-backlog, never the number of finished jobs.
+backlog, never the number of finished jobs; the workflows are counted from their table, a row for each
+that retention keeps.
 """
 
 from __future__ import annotations
@@ -19,9 +20,15 @@ from jobsup.limits import Limits
 from jobsup.ops.latency import KindLatency, summarize
 
 LIVE_COLUMNS = ("ready", "scheduled", "running")  # counted from the partial indexes of live jobs
+# Jobs whose parents have not all finished (workflows, `after=`): counted from their partial index as the
+# live ones are, but no backlog of a queue (no claim takes them), so apart from LIVE_COLUMNS, which are a
+# queue's figures in the console too.
+WAITING_COLUMNS = ("waiting",)
 # Read from the per-kind totals the supervisors keep; cancelled: by `jobsup cancel` or a Discard.
 TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
+# Every count of a kind, in the order `jobsup stats` shows them: a job waits, is ready, runs, finishes.
+KIND_COLUMNS = WAITING_COLUMNS + COUNT_COLUMNS
 # Waiting jobs of a limited kind are counted up to this many: a kind may have a million waiting, and
 # each refresh of the console and each scrape reads them (limited_kinds, snapshot.sql).
 WAITING_COUNTED = 10_000
@@ -30,6 +37,7 @@ WAITING_COUNTED = 10_000
 @dataclass(frozen=True)
 class KindCounts:
     kind: str
+    waiting: int = 0  # for its parents to finish
     ready: int = 0
     scheduled: int = 0  # queued with a future run_at
     running: int = 0
@@ -94,6 +102,18 @@ def limited_kinds(rows: Iterable[Mapping[str, Any]]) -> list[LimitedKind]:
 
 
 @dataclass(frozen=True)
+class WorkflowCounts:
+    """Workflows open, and finished (done or failed) for as long as retention keeps them."""
+
+    open: int = 0  # a job of it has not finished, or the pruner has not seen yet that all have
+    done: int = 0  # every job of it done
+    failed: int = 0  # a job of it ended dead or cancelled
+
+    def to_json(self) -> dict[str, int]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Snapshot:
     taken_at: datetime
     kinds: list[KindCounts]
@@ -107,6 +127,7 @@ class Snapshot:
     expiring_leases: list[dict[str, Any]] = field(default_factory=list)  # running jobs, soonest first
     attempts: list[dict[str, Any]] = field(default_factory=list)  # (status, attempts, count) of live and dead
     limits: list[LimitedKind] = field(default_factory=list)  # the kinds with a limit in force
+    workflows: WorkflowCounts = WorkflowCounts()
 
     @property
     def total(self) -> KindCounts:
@@ -127,32 +148,34 @@ class Snapshot:
             "expiring_leases": [_jsonable(row) for row in self.expiring_leases],
             "attempts": [_jsonable(row) for row in self.attempts],
             "limits": [k.to_json() for k in self.limits],
+            "workflows": self.workflows.to_json(),
         }
 
 
 def column_sums(kinds: Iterable[KindCounts]) -> dict[str, int]:
     """Each count column summed over `kinds`: the figures of a total row."""
     kinds = list(kinds)
-    return {name: sum(getattr(k, name) for k in kinds) for name in COUNT_COLUMNS}
+    return {name: sum(getattr(k, name) for k in kinds) for name in KIND_COLUMNS}
 
 
 def counts_by_kind(live: Iterable[Mapping[str, Any]], totals: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, int]]:
     """Counts by kind from the rows of `live_counts` (one per kind and queue) and of `kind_totals`.
 
-    >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1},
-    ...         {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0}]
+    >>> live = [{"kind": "a", "queue": "q1", "ready": 2, "scheduled": 0, "running": 1, "waiting": 0},
+    ...         {"kind": "a", "queue": "q2", "ready": 0, "scheduled": 0, "running": 0, "waiting": 5},
+    ...         {"kind": "a", "queue": "q2", "ready": 1, "scheduled": 3, "running": 0, "waiting": 0}]
     >>> totals = [{"kind": "a", "done": 9, "failed": 1, "dead": 0, "cancelled": 0},
     ...           {"kind": "b", "done": 4, "failed": 0, "dead": 2, "cancelled": 1}]
     >>> counts = counts_by_kind(live, totals)
     >>> counts["a"]
-    {'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0, 'cancelled': 0}
+    {'waiting': 5, 'ready': 3, 'scheduled': 3, 'running': 1, 'done': 9, 'failed': 1, 'dead': 0, 'cancelled': 0}
     >>> counts["b"]  # no live job: KindCounts' defaults stand for the rest
     {'done': 4, 'failed': 0, 'dead': 2, 'cancelled': 1}
     """
     merged: dict[str, dict[str, int]] = {}
     for row in live:
         counts = merged.setdefault(row["kind"], {})
-        for name in LIVE_COLUMNS:
+        for name in WAITING_COLUMNS + LIVE_COLUMNS:
             counts[name] = counts.get(name, 0) + row[name]
     for row in totals:
         merged.setdefault(row["kind"], {}).update({name: row[name] for name in TOTAL_COLUMNS})
@@ -178,13 +201,26 @@ def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[t
         ("expiring_leases", {"limit": lease_limit}),
         ("attempts_histogram", {}),
         ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
+        ("workflow_counts", {}),
     ]
 
 
 def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
-    live, totals, oldest, dead_jobs, dead_groups, supervisors, events, paused, latency, leases, attempts, limits = (
-        results
-    )
+    (
+        live,
+        totals,
+        oldest,
+        dead_jobs,
+        dead_groups,
+        supervisors,
+        events,
+        paused,
+        latency,
+        leases,
+        attempts,
+        limits,
+        workflows,
+    ) = results
     kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
     return Snapshot(
         taken_at=datetime.now(UTC),
@@ -199,6 +235,7 @@ def _build(results: list[list[dict[str, Any]]]) -> Snapshot:
         expiring_leases=leases,
         attempts=attempts,
         limits=limited_kinds(limits),
+        workflows=WorkflowCounts(**workflows[0]),
     )
 
 

@@ -1,4 +1,5 @@
-"""The pruner: a timed duty that deletes finished jobs and events past their retention window.
+"""The pruner: a timed duty that deletes finished jobs and events past their retention window, and
+finished workflows past theirs; it also marks finished the workflows whose jobs have all finished.
 
 Every supervisor runs it; the pruning turn in the database (jobsup/ops/prune.py) lets one of them at a
 time delete, so no leader is kept in memory and a supervisor that dies hands the duty on at once.
@@ -47,5 +48,7 @@ class Pruner:
         except psycopg.Error as exc:
             self.log("pruner.error", "error", error=first_line(exc))
         finally:  # a round cut short by the shutdown still says what it deleted
-            if pruned.total:
-                self.log("pruned", **pruned.to_json(), batch=self.batch.size)
+            if pruned.total or pruned.workflows_finished:
+                self.log(
+                    "pruned", **pruned.to_json(), workflows_finished=pruned.workflows_finished, batch=self.batch.size
+                )

@@ -36,6 +36,8 @@ CREATE TABLE jobsup.workflows (
     failed       boolean
 );
 CREATE INDEX workflows_open_idx ON jobsup.workflows (id) WHERE finished_at IS NULL;
+-- Retention's: the finished workflows past their window (done and failed ones have windows of their own).
+CREATE INDEX workflows_finished_idx ON jobsup.workflows (failed, finished_at) WHERE finished_at IS NOT NULL;
 
 -- One row per dependency: `child_id` waits for `parent_id`. on_parent_failure: what a parent that
 -- ends dead or cancelled does to the child: 'cancel' it (and, through it, its own dependents of that
@@ -169,10 +171,11 @@ BEGIN
         -- Deleted since the enqueue checked it: only a finished job is deleted.
         parent_status := 'done';
     END IF;
+    -- Marked whether or not it has finished: a finished parent is kept for its child to read too
+    -- (jobs_keep_needed_parent).
+    UPDATE jobsup.jobs SET has_children = true WHERE id = NEW.parent_id AND NOT has_children;
     IF parent_status IN ('done', 'dead', 'cancelled') THEN
         PERFORM jobsup.settle_children(NEW.parent_id, parent_status, NEW.child_id);
-    ELSE
-        UPDATE jobsup.jobs SET has_children = true WHERE id = NEW.parent_id AND NOT has_children;
     END IF;
     RETURN NULL;
 END

@@ -1,24 +1,39 @@
 -- The queue's figures shared by `jobsup stats` (jobsup/ops/snapshot.py) and the console
 -- (jobsup/monitor/source.py). Each reads a partial index of live jobs, the small per-kind totals or the
--- events index, so its cost follows the backlog, never the number of finished jobs. live_counts and
--- oldest_ready are also read by `jobsup metrics` (jobsup/ops/metrics.py), oldest_ready by `jobsup check`
--- (jobsup/ops/check.py). Their other figures: console.sql (dead jobs), supervisors.sql (supervisors),
--- control.sql (queue_pauses), latency.sql (latency_read). limited_kinds is read by stats, the console,
--- metrics and check alike.
+-- events index, so its cost follows the backlog, never the number of finished jobs; workflow_counts
+-- reads the workflows table, a row per workflow that retention keeps. live_counts, oldest_ready and
+-- workflow_counts are also read by `jobsup metrics` (jobsup/ops/metrics.py), oldest_ready by `jobsup
+-- check` (jobsup/ops/check.py). Their other figures: console.sql (dead jobs), supervisors.sql
+-- (supervisors), control.sql (queue_pauses), latency.sql (latency_read). limited_kinds is read by
+-- stats, the console, metrics and check alike.
 
 -- name: live_counts
--- Queued and running jobs by kind and queue; each half reads only its partial index. `oldest` is the
--- age in seconds of the kind's oldest ready job in the queue (NULL with none, and in the running half):
--- the console takes the queues' oldest ready job and the jobs no supervisor serves from it, in the
--- same pass over the queued jobs.
+-- Queued, running and waiting jobs by kind and queue; each part reads only its partial index (the
+-- waiting jobs, those whose parents have not all finished, jobs_waiting_idx). `oldest` is the age in
+-- seconds of the kind's oldest ready job in the queue (NULL with none, and in the other parts): the
+-- console takes the queues' oldest ready job and the jobs no supervisor serves from it, in the same
+-- pass over the queued jobs.
 SELECT kind, queue,
        count(*) FILTER (WHERE run_at <= now()) AS ready,
        count(*) FILTER (WHERE run_at > now()) AS scheduled,
        0::bigint AS running,
-       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS oldest
+       extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS oldest,
+       0::bigint AS waiting
 FROM jobsup.jobs WHERE status = 'queued' GROUP BY kind, queue
 UNION ALL
-SELECT kind, queue, 0, 0, count(*), NULL FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
+SELECT kind, queue, 0, 0, count(*), NULL, 0 FROM jobsup.jobs WHERE status = 'running' GROUP BY kind, queue
+UNION ALL
+SELECT kind, queue, 0, 0, 0, NULL, count(*) FROM jobsup.jobs WHERE status = 'waiting' GROUP BY kind, queue
+
+-- name: workflow_counts
+-- Workflows open (a job of theirs has not finished, or the pruner has not yet seen that all have),
+-- done (all their jobs done) and failed (one ended dead or cancelled). Finished ones are counted for as
+-- long as retention keeps them: done ones --keep-done after their last job finished, failed ones
+-- --keep-dead. One pass over the workflows table, a row per workflow (never over their jobs).
+SELECT count(*) FILTER (WHERE finished_at IS NULL) AS open,
+       count(*) FILTER (WHERE NOT failed) AS done,
+       count(*) FILTER (WHERE failed) AS failed
+FROM jobsup.workflows
 
 -- name: kind_totals
 SELECT kind, sum(done)::bigint AS done, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead,
