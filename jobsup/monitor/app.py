@@ -28,8 +28,9 @@ from jobsup.monitor.limits_panels import LimitInput, LimitsPanel
 from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
 from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
 from jobsup.monitor.source import Source
-from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, tab_bar
+from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, WorkflowsPane, tab_bar
 from jobsup.monitor.terminal import terminal_driver
+from jobsup.monitor.workflow_panels import OpenJob, WorkflowScreen
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -91,7 +92,11 @@ OTHER_KEYS = [
     ("Tab ⇧Tab", "the next / previous panel, through every tab"),
     ("↑ ↓ PgUp PgDn", "move in a panel"),
     ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
-    ("Enter", "open the selected job (dead jobs, busy workers; limits: the kind's or key's next waiting job)"),
+    (
+        "Enter",
+        "open the selected job (dead jobs, busy workers; limits: the kind's or key's next waiting job) or "
+        "workflow (its tree)",
+    ),
     ("Ctrl+P", "command palette"),
 ]
 WRITES = {"requeue", "requeue_scope", "cancel_job", "queue", "limit"}
@@ -168,6 +173,8 @@ class TopApp(App[None]):
         self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
+        self._workflows_shown = False  # what source.list_workflows was last set to
+        self._waiting_seen = False  # a job has waited for its parents (View.waiting)
 
     def get_driver_class(self) -> type[Driver]:
         # On the terminal, not on stderr: `jobsup top 2>file` still shows the console (terminal.py).
@@ -275,11 +282,21 @@ class TopApp(App[None]):
     def _render_tabs(self) -> None:
         if not self.is_running or not self.main.is_attached:
             return
+        self._follow_workflows()
         view = self._view()
         badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self._panes()]
         self.main.query_one("#tabbar", Static).update(
             tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim")
         )
+
+    def _follow_workflows(self) -> None:
+        """Refreshes read the workflows' list while their tab is in view, and at once when it comes in."""
+        shown = self.tabs.visible(WorkflowsPane.TAB.id, self.pinned)
+        if shown != self._workflows_shown:
+            self._workflows_shown = shown
+            self.source.list_workflows = shown
+            if shown:
+                self.refresh_now()
 
     # --- refreshing ----------------------------------------------------------------------------
 
@@ -313,6 +330,7 @@ class TopApp(App[None]):
         self.previous, self.figures = self.figures, message.figures
         self._figures_at = time.monotonic()
         total = message.figures.total
+        self._waiting_seen = self._waiting_seen or total.waiting > 0
         self.throughput.add(message.figures.now.timestamp(), total.done, total.failed)
         if self.down is not None:
             self.notify("connected again", title="database")
@@ -347,6 +365,7 @@ class TopApp(App[None]):
             error=f"bold {colours['error']}",
             success=colours["success"],
             tz=self.tz,
+            waiting=self._waiting_seen,
         )
 
     def _render(self) -> None:
@@ -415,6 +434,7 @@ class TopApp(App[None]):
             ("ready", fig.count(total.ready), ""),
             ("scheduled", fig.count(total.scheduled), ""),
             ("running", fig.count(total.running), ""),
+            *([("waiting", fig.count(total.waiting), "")] if view.waiting else []),
             ("dead", fig.count(total.dead), view.error if total.dead else ""),
             ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
             ("done/min", fig.count(figures.done_last_minute), ""),
@@ -695,6 +715,17 @@ class TopApp(App[None]):
         elif event.data_table.id == "limits" and key is not None:
             kind, _, limit_key = key.partition("\x00")
             self.run_worker(self._show_waiting(kind, limit_key or None), name="job", exit_on_error=False)
+        elif event.data_table.id == "workflows" and key is not None:
+            self.show_workflow(int(key))
+
+    def show_workflow(self, workflow_id: int) -> None:
+        """A workflow's tree, on a screen of its own."""
+        self.push_screen(
+            WorkflowScreen(self.source, workflow_id, self.db_now, self._view, refresh=self.refresh_every, tz=self.tz)
+        )
+
+    def on_open_job(self, message: OpenJob) -> None:
+        self.run_worker(self._show_job(message.job_id), name="job", exit_on_error=False)
 
     async def _show_waiting(self, kind: str, key: str | None) -> None:
         """The job screen of the next waiting job of a kind (or key): it says which limit holds it."""
@@ -710,9 +741,18 @@ class TopApp(App[None]):
             self.notify(f"job {job_id} no longer exists", severity="warning")
             return
         why = await self.source.explain(job_id)
+        family = await self.source.family(job_id)
         # The job's relative times count on from the database's clock while the screen is open.
         answer = await self.push_screen_wait(
-            JobScreen(job, lambda: self.db_now() or job["created_at"], tz=self.tz, read_only=self.read_only, why=why)
+            JobScreen(
+                job,
+                lambda: self.db_now() or job["created_at"],
+                tz=self.tz,
+                read_only=self.read_only,
+                why=why,
+                family=family,
+                view=self._view(),
+            )
         )
         if answer == "requeue":
             await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")

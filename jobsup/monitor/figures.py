@@ -19,10 +19,12 @@ from jobsup.ops.latency import KindLatency, summarize
 
 # Re-exported (the `X as X` form): the panels read these through this module, as fig.COUNT_COLUMNS.
 from jobsup.ops.snapshot import COUNT_COLUMNS as COUNT_COLUMNS
+from jobsup.ops.snapshot import KIND_COLUMNS as KIND_COLUMNS
 from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, LimitedKind, counts_by_kind, limited_kinds
 from jobsup.ops.snapshot import WAITING_COUNTED as WAITING_COUNTED
 from jobsup.ops.snapshot import column_sums as column_sums
 from jobsup.ops.unserved import Unserved
+from jobsup.ops.workflows import Progress
 
 age = format_age  # the console's name for it: the panels show ages as fig.age(seconds)
 
@@ -38,6 +40,7 @@ REAPER_MINUTES = 30
 # minute, which a refresh reads anyway for done/min (console_limit_keys).
 STARTS_SPAN = 60.0
 LIMIT_KEYS = 3  # the busiest keys shown under each limited kind
+WORKFLOWS_LISTED = 20  # the newest workflows the Workflows tab lists (and its badge looks at)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,11 @@ class Figures:
     done_last_minute: int | None = None  # jobs done in the last 60 s, by the database's clock
     dead_matching: int | None = None  # dead jobs the filter matches; None with no filter
     limits: tuple[LimitRow, ...] = ()  # the kinds with a limit in force
+    # The newest WORKFLOWS_LISTED workflows and their progress, read only while the Workflows tab is in
+    # view (Source.list_workflows); None when this refresh did not read them.
+    workflows: tuple[Progress, ...] | None = None
+    workflows_listed: int = 0  # of the newest WORKFLOWS_LISTED workflows: how many there are
+    workflows_unfinished: int = 0  # and how many have a job waiting, queued or running
 
     @property
     def total(self) -> KindRow:
@@ -319,6 +327,8 @@ def build(
     dead_matching: int | None = None,
     limits: Sequence[Mapping[str, Any]] = (),
     limit_keys: Sequence[Mapping[str, Any]] = (),
+    workflows_live: Mapping[str, Any] | None = None,
+    workflows: Sequence[Mapping[str, Any]] | None = None,
 ) -> Figures:
     """Figures from the rows of the console's statements (see source.py for which is which).
 
@@ -369,6 +379,9 @@ def build(
         done_last_minute=done_last_minute,
         dead_matching=dead_matching if match else None,
         limits=limit_rows(limits, limit_keys),
+        workflows=None if workflows is None else tuple(Progress(**row) for row in workflows),
+        workflows_listed=(workflows_live or {}).get("listed", 0),
+        workflows_unfinished=(workflows_live or {}).get("unfinished", 0),
     )
 
 
@@ -667,7 +680,7 @@ def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
     cells: set[tuple[str, str]] = set()
     for row in (*current.kinds, current.total):
         old = before.get(row.kind, KindRow(row.kind))
-        cells.update((row.kind, name) for name in COUNT_COLUMNS if getattr(row, name) != getattr(old, name))
+        cells.update((row.kind, name) for name in KIND_COLUMNS if getattr(row, name) != getattr(old, name))
     return cells
 
 

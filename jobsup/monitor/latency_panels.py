@@ -9,7 +9,7 @@ from textual.binding import Binding
 from jobsup.durations import format_seconds
 from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures
-from jobsup.monitor.panels import Panel, Table, View, fill, left, right
+from jobsup.monitor.panels import Panel, Table, View, fill, left, right, status_style
 from jobsup.ops import latency
 
 RISING = "↑"  # beside a kind whose latency is rising (latency.rising)
@@ -126,7 +126,7 @@ class AttemptsPanel(Panel):
         fill(
             self.query_one(Table),
             [
-                (f"{status}\x00{n}", [left(status), right(str(n)), right(fig.count(count))])
+                (f"{status}\x00{n}", [left(status, status_style(status, view)), right(str(n)), right(fig.count(count))])
                 for status, n, count in figures.attempts
             ],
         )

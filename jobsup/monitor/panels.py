@@ -21,9 +21,9 @@ from jobsup.monitor import figures as fig
 from jobsup.monitor.figures import Figures, Scope
 
 TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind is named so
-# The counts table's headers: short, so its eight columns fit in half of 120 columns (the panel beside the
-# queues) with room for a kind's name; the header line and the docs say what they stand for.
-COUNT_LABELS = {"scheduled": "sched", "running": "run", "cancelled": "canc"}
+# The counts table's headers: short, so its eight columns (nine with wait) fit in half of 120 columns (the
+# panel beside the queues) with room for a kind's name; the header line and the docs say what they stand for.
+COUNT_LABELS = {"scheduled": "sched", "running": "run", "cancelled": "canc", "waiting": "wait"}
 UNSERVED_MARK = "✖"  # beside a kind with ready jobs that no live supervisor can run
 
 
@@ -40,6 +40,27 @@ class View:
     error: str = "bold reverse"
     success: str = ""
     tz: tzinfo | None = None
+    # Jobs have waited for their parents since the console started: the counts show the waiting ones from
+    # then on (a column that came and went with them would move every other one).
+    waiting: bool = False
+
+
+def status_style(status: str, view: View) -> str:
+    """How a job's status is shown wherever one is (the job screen, a workflow's tree, attempts by
+    status): dead as the dead counts are, running as busy workers, waiting (for its parents) dimmed as
+    idle workers, since nothing can run it yet.
+
+    >>> [status_style(s, View(success="green")) for s in ("done", "dead", "running", "waiting", "queued")]
+    ['green', 'bold', 'bold', 'dim', '']
+    """
+    styles = {
+        "done": view.success,
+        "dead": view.error.replace("reverse", "").strip() or "bold",
+        "cancelled": view.warning,
+        "running": view.accent,
+        "waiting": "dim",
+    }
+    return styles.get(status, "")
 
 
 def selected_key(table: DataTable) -> str | None:
@@ -192,6 +213,12 @@ class KindsPanel(Panel):
         rows = []
         kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
         unserved = {u.kind for u in figures.unserved(view.stale_after)}
+        table = self.query_one(Table)
+        if view.waiting and "waiting" not in table.columns:  # first, as `jobsup stats` shows it
+            table.clear(columns=True)
+            table.add_column("kind", key="kind")
+            for name in fig.KIND_COLUMNS:
+                table.add_column(Text(COUNT_LABELS.get(name, name), justify="right"), key=name)
         for k in kinds:
             cells = self._cells(k, view)
             if k.kind in unserved:  # the header's note says which queue, how many and since when
@@ -199,12 +226,12 @@ class KindsPanel(Panel):
             rows.append((k.kind, cells))
         total = fig.KindRow("total", **fig.column_sums(kinds), queues=())  # queues named: the sums fill only counts
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
-        fill(self.query_one(Table), rows)
+        fill(table, rows)
 
     @staticmethod
     def _cells(k: fig.KindRow, view: View, bold: bool = False) -> list[Text]:
         cells = [left(k.kind, "bold" if bold else "")]
-        for name in fig.COUNT_COLUMNS:
+        for name in fig.KIND_COLUMNS if view.waiting else fig.COUNT_COLUMNS:
             style = view.accent if (k.kind, name) in view.changed else ("bold" if bold else "")
             if name == "dead" and k.dead and not style:
                 style = view.error.replace("reverse", "").strip() or "bold"

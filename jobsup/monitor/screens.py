@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections import Counter
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -17,6 +18,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Static
 
 from jobsup.monitor import figures as fig
+from jobsup.monitor.panels import View, status_style
+from jobsup.workflow import Child, Parent
+
+# A job's parents and children listed one by one on its screen, each; the rest are counted by status.
+FAMILY_SHOWN = 12
+Family = tuple[Sequence[Parent], Sequence[Child]]
+PLAIN = View()  # without the theme's colours: bold and dim only
 
 
 class Confirm(ModalScreen[bool]):
@@ -63,16 +71,27 @@ def _when(moment: datetime | None, now: datetime, tz: tzinfo | None) -> str:
     return f"{moment.astimezone(tz):%Y-%m-%d %H:%M:%S} ({ago} {relation})"
 
 
-def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None, why: str | None = None) -> RenderableType:
+def job_details(
+    job: dict[str, Any],
+    now: datetime,
+    tz: tzinfo | None = None,
+    why: str | None = None,
+    family: Family = ((), ()),
+    view: View = PLAIN,
+) -> RenderableType:
     """A job as the job screen shows it: its fields, why it is where it is (jobsup explain's text, as
-    read when the screen opened), its payload and the history of its failed attempts."""
+    read when the screen opened), the jobs it waits for and those that wait for it, its payload and the
+    history of its failed attempts."""
     fields = Table.grid(padding=(0, 2))
     fields.add_column(style="bold")
     fields.add_column()
     # The key (the per-key dimension of its kind's limits) is shown when the job has one: most have none.
     key = [("key", job["key"])] if job.get("key") is not None else []
+    workflow = [("workflow", str(job["workflow_id"]))] if job.get("workflow_id") is not None else []
+    if job["status"] == "waiting":
+        workflow.append(("parents left", f"{job.get('parents_left', '?')} of {len(family[0])}"))
     for label, value in (
-        ("status", job["status"]),
+        ("status", Text(job["status"], style=status_style(job["status"], view))),
         ("kind", job["kind"]),
         ("queue", job["queue"]),
         *key,
@@ -85,11 +104,17 @@ def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None, wh
         ("locked by", job["locked_by"] or "-"),
         ("lease until", _when(job["locked_until"], now, tz)),
         ("unique key", job["unique_key"] or "-"),
+        *workflow,
     ):
-        fields.add_row(label, Text(str(value)))
+        fields.add_row(label, value if isinstance(value, Text) else Text(str(value)))
     parts: list[RenderableType] = [fields]
     if why:
         parts += [Text(""), Text("why", style="bold underline"), Text(why)]
+    parents, children = family
+    if parents:
+        parts += [Text(""), *relatives("parents", parents, view, "this job runs even if they fail")]
+    if children:
+        parts += [Text(""), *relatives("children", children, view, "they run even if this job fails")]
     parts += [
         Text(""),
         Text("payload", style="bold underline"),
@@ -116,6 +141,39 @@ def job_details(job: dict[str, Any], now: datetime, tz: tzinfo | None = None, wh
     return Group(*parts)
 
 
+# The order a job's parents and children are listed in: those that failed, then those not yet ended,
+# then the done ones; what holds a fan-in up comes before the forty parents that are done.
+RELATIVES_ORDER = {"dead": 0, "cancelled": 1, "running": 2, "queued": 3, "waiting": 4, "done": 5}
+
+
+def relatives(title: str, jobs: Sequence[Parent | Child], view: View, runs_anyway: str) -> list[RenderableType]:
+    """A job's parents or children under `title`: id, kind and status, the first FAMILY_SHOWN of them
+    (RELATIVES_ORDER), the rest counted by status. A dependency whose child runs even if its parent fails
+    (on_parent_failure="run") is said so on its line, or once in the title, in words (`runs_anyway`),
+    when every one of them is."""
+    policies = {j.on_parent_failure for j in jobs}
+    heading = Text(f"{title} ({len(jobs):,})", style="bold underline")
+    if policies == {"run"}:
+        heading.append(f" {runs_anyway}", style="dim")
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(justify="right")
+    grid.add_column()
+    grid.add_column()
+    grid.add_column(style="dim")
+    ordered = sorted(jobs, key=lambda j: (RELATIVES_ORDER.get(j.status, 9), j.id))
+    for j in ordered[:FAMILY_SHOWN]:
+        note = "on_parent_failure=run" if j.on_parent_failure == "run" and len(policies) > 1 else ""
+        grid.add_row(str(j.id), j.kind, Text(j.status, style=status_style(j.status, view)), note)
+    rest = Counter(j.status for j in ordered[FAMILY_SHOWN:])
+    if not rest:
+        return [heading, grid]
+    counted = Text(f"+{sum(rest.values()):,} more: ", style="dim")
+    for n, (status, count) in enumerate(sorted(rest.items(), key=lambda item: -item[1])):
+        counted.append(", " if n else "")
+        counted.append(f"{count:,} {status}", style=status_style(status, view))
+    return [heading, grid, counted]
+
+
 # Seconds between redraws of the job screen, so "(4.0s ago)" counts on while it is open.
 JOB_TICK = 1.0
 
@@ -140,6 +198,8 @@ class JobScreen(ModalScreen[str | None]):
         read_only: bool = False,
         tick: float = JOB_TICK,
         why: str | None = None,
+        family: Family = ((), ()),
+        view: View = PLAIN,
     ) -> None:
         super().__init__()
         self.job = job
@@ -148,19 +208,24 @@ class JobScreen(ModalScreen[str | None]):
         self.read_only = read_only
         self.tick = tick
         self.why = why  # jobsup explain's text, read as the screen opened
+        self.family = family  # its parents and children, read as the screen opened
+        self.view = view
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="job") as box:
             box.border_title = f"job {self.job['id']} · {self.job['kind']} · {self.job['status']}"
             box.border_subtitle = "Esc close" + (" · r requeue" if self._can_requeue() else "")
-            yield Static(job_details(self.job, self.clock(), self.tz, self.why), id="job-details")
+            yield Static(self._details(), id="job-details")
         yield Footer()
 
     def on_mount(self) -> None:
         self.set_interval(self.tick, self._redraw)
 
+    def _details(self) -> RenderableType:
+        return job_details(self.job, self.clock(), self.tz, self.why, self.family, self.view)
+
     def _redraw(self) -> None:
-        self.query_one("#job-details", Static).update(job_details(self.job, self.clock(), self.tz, self.why))
+        self.query_one("#job-details", Static).update(self._details())
 
     def _can_requeue(self) -> bool:
         return self.job["status"] == "dead" and not self.read_only

@@ -26,6 +26,8 @@ from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused, o
 from jobsup.ops.doctor import Thresholds
 from jobsup.ops.explain import aexplain_text
 from jobsup.ops.health import health_line
+from jobsup.ops.workflows import WorkflowView, ashow
+from jobsup.workflow import Child, Parent, achildren, aparents
 
 # The console's connections are named so an operator (or a test) can find them in pg_stat_activity.
 APPLICATION_NAME = "jobsup top"
@@ -55,7 +57,7 @@ def backoff(failures: int) -> float:
     return 0.0 if failures <= 0 else min(MAX_BACKOFF, 0.5 * 2 ** (failures - 1))
 
 
-def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, Any]]]:
+def _statements(match: str | None, minutes: int, workflows: bool = False) -> list[tuple[str, dict[str, Any]]]:
     # In the order figures.build takes them; each reads a partial index of live or dead jobs, the small
     # per-kind totals, the supervisors' rows or the events index, never the finished jobs but those done
     # in the last minute. live_counts gives the queues' oldest ready job too (so oldest_ready is not
@@ -82,6 +84,10 @@ def _statements(match: str | None, minutes: int) -> list[tuple[str, dict[str, An
         # WAITING_COUNTED of each kind) and the last minute of finished jobs, as done/min reads it.
         ("limited_kinds", {"counted": fig.WAITING_COUNTED + 1}),
         ("console_limit_keys", {"counted": fig.WAITING_COUNTED + 1, "keys": fig.LIMIT_KEYS}),
+        # The Workflows tab: a few probes of the newest workflows' jobs; their list, which counts every
+        # job of each, only while the tab is in view (the last statement then).
+        ("console_workflows_live", {"limit": fig.WORKFLOWS_LISTED}),
+        *([("workflows_recent", {"limit": fig.WORKFLOWS_LISTED})] if workflows else []),
     ]
 
 
@@ -101,6 +107,8 @@ class Source:
         self.thresholds = thresholds  # where the health line warns: jobsup doctor's defaults
         self.read_only = read_only
         self.minutes = minutes
+        # Whether a refresh reads the Workflows tab's list: the app sets it while the tab is in view.
+        self.list_workflows = False
         self._conn: psycopg.AsyncConnection | None = None
         self._failures = 0
         self._next_attempt = 0.0  # time.monotonic() before which no reconnection is tried
@@ -176,7 +184,8 @@ class Source:
 
     async def refresh(self, match: str | None = None) -> fig.Figures:
         """Every figure of the screen; `match` narrows the dead jobs and groups to a kind or queue."""
-        statements = _statements(match or None, self.minutes)
+        listing = self.list_workflows
+        statements = _statements(match or None, self.minutes, listing)
 
         async def work(conn: psycopg.AsyncConnection) -> fig.Figures:
             cursors = []
@@ -187,6 +196,7 @@ class Source:
                     await cur.execute(SQL[name], params)
                     cursors.append(cur)
             results = [await cur.fetchall() for cur in cursors]
+            workflows = results.pop() if listing else None
             (
                 (clock,),
                 live,
@@ -205,6 +215,7 @@ class Source:
                 attempts,
                 limits,
                 limit_keys,
+                (workflows_live,),
             ) = results
             return fig.build(
                 clock["now"],
@@ -226,6 +237,8 @@ class Source:
                 dead_matching=dead_matching["count"],
                 limits=limits,
                 limit_keys=limit_keys,
+                workflows_live=workflows_live,
+                workflows=workflows,
             )
 
         return await self._run(work)
@@ -293,6 +306,25 @@ class Source:
             cur = await conn.execute(SQL["console_limit_next_waiting"], {"kind": kind, "key": key})
             row = await cur.fetchone()
             return None if row is None else row[0]
+
+        return await self._run(work)
+
+    async def workflow(self, workflow_id: int) -> WorkflowView | None:
+        """A workflow and every job of it with its parents, for its tree; None once it is gone."""
+
+        async def work(conn: psycopg.AsyncConnection) -> WorkflowView | None:
+            try:
+                return await ashow(conn, workflow_id)
+            except BadInput:  # deleted since (retention): the tree says so
+                return None
+
+        return await self._run(work)
+
+    async def family(self, job_id: int) -> tuple[list[Parent], list[Child]]:
+        """A job's parents and children (jobsup.parents and jobsup.children), for the job screen."""
+
+        async def work(conn: psycopg.AsyncConnection) -> tuple[list[Parent], list[Child]]:
+            return await aparents(conn, job_id), await achildren(conn, job_id)
 
         return await self._run(work)
 

@@ -34,6 +34,7 @@ from jobsup.monitor.panels import (
     View,
     WorkersPanel,
 )
+from jobsup.monitor.workflow_panels import WorkflowsPanel
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
 # from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.
@@ -148,7 +149,29 @@ class LimitsPane(Pane):
         return figures is not None and bool(figures.limits)
 
 
-TABS: tuple[type[Pane], ...] = (JobsPane, DeadPane, WorkersPane, ReaperPane, LatencyPane, LimitsPane)
+class WorkflowsPane(Pane):
+    TAB = Tab("workflows", "Workflows", "7", "the newest workflows and their progress; Enter: one as a tree")
+
+    def compose(self) -> ComposeResult:
+        yield WorkflowsPanel(id="workflows-panel")
+
+    def badge(self, figures: Figures, view: View) -> str:
+        return fig.count(figures.workflows_unfinished) if figures.workflows_unfinished else ""
+
+    def offered(self, figures: Figures | None) -> bool:
+        # As the Limits tab: in the bar (and Tab's round) once there is a workflow.
+        return figures is not None and figures.workflows_listed > 0
+
+
+TABS: tuple[type[Pane], ...] = (
+    JobsPane,
+    DeadPane,
+    WorkersPane,
+    ReaperPane,
+    LatencyPane,
+    LimitsPane,
+    WorkflowsPane,
+)
 PINNED = TABS[0].TAB.id  # the tab kept in view on a large terminal
 
 

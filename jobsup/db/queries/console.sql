@@ -56,7 +56,8 @@ ORDER BY id
 
 -- name: job
 SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
-       started_at, locked_until, locked_by, done_at, last_error, errors, unique_key, key, limited
+       started_at, locked_until, locked_by, done_at, last_error, errors, unique_key, key, limited,
+       workflow_id, parents_left
 FROM jobsup.jobs WHERE id = %(id)s
 
 -- name: console_reaper_passes
@@ -149,3 +150,14 @@ WHERE kind = %(kind)s AND status = 'queued' AND limited AND run_at <= now()
   AND (%(key)s::text IS NULL OR key = %(key)s::text)
 ORDER BY priority DESC, coalesce(key, ''), run_at, id
 LIMIT 1
+
+-- name: console_workflows_live
+-- Whether the Workflows tab has anything to list, and how many of the newest %(limit)s workflows have a
+-- job not yet ended (the tab's badge): at most three probes of jobs_workflow_idx (workflow_id, status)
+-- a workflow, so a refresh costs the same whatever their size. workflows_recent (workflows.sql), which
+-- counts every job of each, is read only while the tab is in view.
+SELECT count(*) AS listed,
+       count(*) FILTER (WHERE EXISTS (
+           SELECT FROM jobsup.jobs j
+           WHERE j.workflow_id = w.id AND j.status IN ('waiting', 'queued', 'running'))) AS unfinished
+FROM (SELECT id FROM jobsup.workflows ORDER BY id DESC LIMIT %(limit)s) w
