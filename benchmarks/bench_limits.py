@@ -4,7 +4,7 @@
 
   - limited_vs_unlimited: 20,000 no-op jobs of a kind without a limit, then with a concurrency limit of
     --limit (64), in alternating order, one pair per run; the ratio of each pair.
-  - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind waiting at
+  - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind throttled at
     its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
     the drain rate with the backlog over the median of the runs around it.
 
@@ -103,11 +103,11 @@ def with_backlog(conn: psycopg.Connection, sup: psutil.Process, runs: int, backl
         with conn.transaction():
             client.enqueue_many(conn, [{"kind": "sleep_1ms"}] * min(50_000, backlog - offset))
     conn.execute("VACUUM ANALYZE jobsup.jobs")
-    print(f"{backlog:,} sleep_1ms jobs waiting at a limit of 2, in {time.perf_counter() - started:.0f} s", flush=True)
+    print(f"{backlog:,} sleep_1ms jobs throttled at a limit of 2, in {time.perf_counter() - started:.0f} s", flush=True)
     during = [drain_rate(conn, sup) for _ in range(runs)]
     print("with the backlog: " + ", ".join(f"{r:,.0f}/s" for r in during), flush=True)
-    waiting = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE kind = 'sleep_1ms' AND status = 'queued'")
-    assert waiting.fetchone()[0] == backlog  # nothing of it ran: the limit held
+    throttled = conn.execute("SELECT count(*) FROM jobsup.jobs WHERE kind = 'sleep_1ms' AND status = 'queued'")
+    assert throttled.fetchone()[0] == backlog  # nothing of it ran: the limit held
     conn.execute("DELETE FROM jobsup.jobs WHERE kind = 'sleep_1ms'")
     limits.set_limits(conn, "sleep_1ms", "bench", concurrency=None)
     conn.execute("VACUUM ANALYZE jobsup.jobs")
@@ -123,7 +123,9 @@ def with_backlog(conn: psycopg.Connection, sup: psutil.Process, runs: int, backl
 
 def main() -> int:
     parser = bench_parser(__doc__, 4)
-    parser.add_argument("--backlog", type=int, default=1_000_000, help="jobs waiting at the limit (default 1,000,000)")
+    parser.add_argument(
+        "--backlog", type=int, default=1_000_000, help="jobs throttled by the limit (default 1,000,000)"
+    )
     parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog")
     parser.add_argument("--limit", type=int, default=64, help="the concurrency limit of the limited runs (default 64)")
     args = parser.parse_args()

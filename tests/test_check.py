@@ -125,20 +125,18 @@ def test_check_max_throttled_age_names_the_limited_kind_and_how_long(dsn, conn, 
     long_ago = datetime.now(UTC) - timedelta(minutes=10)
     client.enqueue_many(conn, [{"kind": "charge", "key": "a", "run_at": long_ago}] * 3)
     client.enqueue(conn, "email", run_at=long_ago)  # not limited: never throttled
-    lifecycle.claim_limited(conn, ["charge"], ["default"], 5, "sup-a", 60)  # 1 held, 2 waiting
+    lifecycle.claim_limited(conn, ["charge"], ["default"], 5, "sup-a", 60)  # 1 held, 2 throttled
 
     assert jobsup("check", "--dsn", dsn).returncode == 0  # not checked unless asked
     result = jobsup("check", "--dsn", dsn, "--max-throttled-age", "5m")
     assert result.returncode == 1
     [line] = result.stdout.strip().splitlines()
-    assert line.startswith(
-        "kind charge: 2 jobs waiting for its limits (concurrency 1, 1 held), the oldest throttled for 10m"
-    )
+    assert line.startswith("kind charge: 2 jobs throttled by its limits (concurrency 1, 1 held), the oldest for 10m")
     assert line.endswith(", over --max-throttled-age 5m")
     data = json.loads(jobsup("check", "--dsn", dsn, "--json", "--max-throttled-age", "300").stdout)
     [crossed] = data["crossed"]
     assert (crossed["check"], crossed["kind"], crossed["threshold"]) == ("throttled_age", "charge", 300)
-    assert crossed["value"] > 590 and data["limits"][0]["waiting"] == 2
+    assert crossed["value"] > 590 and data["limits"][0]["throttled"] == 2
 
     result = jobsup("check", "--dsn", dsn, "--max-throttled-age", "20m")
     assert result.returncode == 0 and ", oldest throttled job 10m" in result.stdout, result.stdout

@@ -287,15 +287,15 @@ def test_ready(conn):
 def test_the_console_form_gives_the_same_answer(dsn, conn):
     supervisor(conn)
     set_limits(conn, "charge", "test", concurrency=1)
-    held, waiting = (jobsup.enqueue(conn, "charge") for _ in range(2))
+    held, throttled = (jobsup.enqueue(conn, "charge") for _ in range(2))
     claim_limited(conn, "charge")
 
     async def read() -> str:
         async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
-            return await aexplain_text(aconn, waiting)
+            return await aexplain_text(aconn, throttled)
 
     said = asyncio.run(read())
-    assert said == explain_text(conn, waiting) and f"held by job {held}" in said, said
+    assert said == explain_text(conn, throttled) and f"held by job {held}" in said, said
 
 
 def test_ready_within_its_limits(conn):
@@ -328,13 +328,13 @@ def test_the_command_prints_the_answer(dsn, conn, capsys):
 
 def test_the_command_prints_json(dsn, conn, capsys):
     set_limits(conn, "charge", "test", concurrency=1)
-    held, waiting = (jobsup.enqueue(conn, "charge") for _ in range(2))
+    held, throttled = (jobsup.enqueue(conn, "charge") for _ in range(2))
     claim_limited(conn, "charge")
-    assert main(["explain", str(waiting), "--json", "--dsn", dsn]) == 0
+    assert main(["explain", str(throttled), "--json", "--dsn", dsn]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert answer == Explanation(**answer).to_json()
     assert (answer["id"], answer["kind"], answer["status"], answer["reason"]) == (
-        waiting,
+        throttled,
         "charge",
         "queued",
         "concurrency",

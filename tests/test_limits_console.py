@@ -1,6 +1,6 @@
 """The console's Limits tab against a real PostgreSQL: each limited kind with what it holds, its starts,
 what waits and for how long, its busiest keys; L changes a kind's limits after asking (refused in
---read-only); Enter opens a kind's or key's next waiting job, whose screen shows its key and why it
+--read-only); Enter opens a kind's or key's next throttled job, whose screen shows its key and why it
 waits."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ IN_FORCE = "concurrency 2, rate 50/m (burst 5), key_concurrency 1"
 
 
 def charge_backlog(conn: psycopg.Connection) -> list:
-    """Kind charge limited to 2 at once and 1 per key: 2 jobs held (keys a and b), the rest waiting."""
+    """Kind charge limited to 2 at once and 1 per key: 2 jobs held (keys a and b), the rest throttled."""
     set_limits(conn, "charge", "alice@box", concurrency=2, rate="50/m", burst=5, key_concurrency=1)
     long_ago = datetime.now(UTC) - timedelta(minutes=10)
     client.enqueue_many(conn, [{"kind": "charge", "key": "a", "run_at": long_ago}] * 3)
@@ -58,18 +58,18 @@ def test_the_limits_tab_shows_each_limited_kind_and_its_busiest_keys(conn, dsn):
             await pilot.press("6")
             await until(pilot, lambda: app.focused is app.query_one("#limits"), message="the Limits tab")
             table = rows(app, "limits")
-            # held of concurrency, starts of the rate, waiting (ready, not claimed), throttled for
-            kind, held, starts, waiting, throttled, limits = table["charge"]
-            assert (kind, held, starts, waiting) == ("charge", "2 of 2", "2 of 50/m", "8")
-            assert throttled.startswith("10m") and limits == IN_FORCE
-            # The busiest keys, by held then waiting: a and b hold their one slot each.
+            # held of concurrency, starts of the rate, throttled (ready, not claimed), the oldest for
+            kind, held, starts, throttled, oldest, limits = table["charge"]
+            assert (kind, held, starts, throttled) == ("charge", "2 of 2", "2 of 50/m", "8")
+            assert oldest.startswith("10m") and limits == IN_FORCE
+            # The busiest keys, by held then throttled: a and b hold their one slot each.
             keys = [k for k in table if k.startswith("charge\x00")]
             assert keys == ["charge\x00b", "charge\x00a", "charge\x00c"]
             assert table["charge\x00b"][:4] == ["  b", "1 of 1", "1 in 1m", "4"]
             assert table["charge\x00a"][3:5] == ["2", table["charge"][4]]  # a's jobs are the oldest
             assert "email" not in table
             text = await screen_text(pilot)
-            assert "[6 Limits 8]" in text  # the tab bar's badge: jobs waiting; the Jobs tab stays above it
+            assert "[6 Limits 8]" in text  # the tab bar's badge: jobs throttled; the Jobs tab stays above it
             assert "jobs by kind" in text
             detail = str(app.query_one("#limit-detail").render())  # the selected kind's limits in full
             assert detail == f"charge: {IN_FORCE} · set by alice@box"
@@ -182,7 +182,7 @@ def test_read_only_refuses_L(conn, dsn):
     run(scenario)
 
 
-def test_enter_on_a_key_opens_its_next_waiting_job_saying_why_it_waits(conn, dsn):
+def test_enter_on_a_key_opens_its_next_throttled_job_saying_why_it_waits(conn, dsn):
     held = charge_backlog(conn)
     holder = next(j.id for j in held if j.key == "b")
 
@@ -221,6 +221,6 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
         [charge] = figures.limits
         assert charge.starts == 3 and fig.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
         assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
-        assert charge.held == 2 and charge.waiting == 0 and charge.throttled_age is None
+        assert charge.held == 2 and charge.throttled == 0 and charge.throttled_age is None
 
     run(scenario)

@@ -1,5 +1,5 @@
 """The figures of limited kinds outside the console: the `jobsup metrics` gauges, `jobsup stats` (JSON and
-tables), and a waiting backlog counted up to its bound."""
+tables), and a throttled backlog counted up to its bound."""
 
 from __future__ import annotations
 
@@ -14,14 +14,14 @@ from jobsup import client
 from jobsup.db import lifecycle
 from jobsup.ops.limits import set_limits
 from jobsup.ops.metrics import QueueCollector
-from jobsup.ops.snapshot import WAITING_COUNTED, snapshot
+from jobsup.ops.snapshot import THROTTLED_COUNTED, snapshot
 
 from .helpers import cli_env, jobsup
 from .metrics_helpers import samples
 
 
 def limited_backlog(conn: psycopg.Connection) -> None:
-    """charge: at most 2 at once, 2 held, 4 waiting the oldest for 10 minutes; export: a rate, 1 waiting."""
+    """charge: at most 2 at once, 2 held, 4 throttled the oldest for 10 minutes; export: a rate, 1 held."""
     set_limits(conn, "charge", "alice@box", concurrency=2)
     set_limits(conn, "export", "alice@box", rate="100/h")
     long_ago = datetime.now(UTC) - timedelta(minutes=10)
@@ -49,17 +49,17 @@ def scrape(dsn: str) -> dict:
     }
 
 
-def test_the_exporter_serves_held_limit_waiting_and_throttled_age_per_limited_kind(conn, dsn):
+def test_the_exporter_serves_held_limit_throttled_and_throttled_age_per_limited_kind(conn, dsn):
     limited_backlog(conn)
     metrics = scrape(dsn)
     assert samples(metrics, "jobsup_limit_held_jobs", kind="charge") == 2
     assert samples(metrics, "jobsup_limit_concurrency", kind="charge") == 2
-    assert samples(metrics, "jobsup_limit_waiting_jobs", kind="charge") == 4
+    assert samples(metrics, "jobsup_limit_throttled_jobs", kind="charge") == 4
     assert 600 <= samples(metrics, "jobsup_limit_throttled_age_seconds", kind="charge") < 660
     assert samples(metrics, "jobsup_limit_held_jobs", kind="export") == 1
     assert samples(metrics, "jobsup_limit_rate_per_second", kind="export") == 100 / 3600
-    assert samples(metrics, "jobsup_limit_waiting_jobs", kind="export") == 0
-    # A limit a kind does not have, or nothing waiting: no sample rather than a made-up 0.
+    assert samples(metrics, "jobsup_limit_throttled_jobs", kind="export") == 0
+    # A limit a kind does not have, or nothing throttled: no sample rather than a made-up 0.
     assert not [k for k in metrics if k == ("jobsup_limit_concurrency", (("kind", "export"),))]
     assert not [k for k in metrics if k == ("jobsup_limit_throttled_age_seconds", (("kind", "export"),))]
     assert not [k for k in metrics if dict(k[1]).get("kind") == "email" and k[0].startswith("jobsup_limit_")]
@@ -70,12 +70,12 @@ def test_without_limits_the_exporter_has_no_limit_series(conn, dsn):
     assert not [k for k in scrape(dsn) if k[0].startswith("jobsup_limit_")]
 
 
-def test_waiting_is_counted_up_to_its_bound(conn, dsn):
+def test_throttled_is_counted_up_to_its_bound(conn, dsn):
     set_limits(conn, "charge", "alice@box", concurrency=1)
-    client.enqueue_many(conn, [{"kind": "charge", "key": f"k{i % 50}"} for i in range(WAITING_COUNTED + 5)])
+    client.enqueue_many(conn, [{"kind": "charge", "key": f"k{i % 50}"} for i in range(THROTTLED_COUNTED + 5)])
     [charge] = snapshot(conn).limits
-    assert charge.waiting == WAITING_COUNTED and charge.waiting_capped and charge.waiting_text == "10,000+"
-    assert samples(scrape(dsn), "jobsup_limit_waiting_jobs", kind="charge") == WAITING_COUNTED
+    assert charge.throttled == THROTTLED_COUNTED and charge.throttled_capped and charge.throttled_text == "10,000+"
+    assert samples(scrape(dsn), "jobsup_limit_throttled_jobs", kind="charge") == THROTTLED_COUNTED
 
 
 def test_stats_has_a_limits_section(conn, dsn):
@@ -85,11 +85,11 @@ def test_stats_has_a_limits_section(conn, dsn):
     data = json.loads(jobsup("stats", "--dsn", dsn, "--json").stdout)
     charge, export = data["limits"]
     assert charge["kind"] == "charge" and charge["limits"] == {"concurrency": 2}
-    assert (charge["held"], charge["waiting"], charge["waiting_capped"]) == (2, 4, False)
+    assert (charge["held"], charge["throttled"], charge["throttled_capped"]) == (2, 4, False)
     assert 600 <= charge["throttled_age"] < 660 and charge["set_by"] == "alice@box"
     assert export["limits"] == {"rate": "100/h", "burst": 1} and export["throttled_age"] is None
     text = jobsup("stats", "--dsn", dsn, env=cli_env(COLUMNS="160")).stdout
     table = text[text.index("limits (held") : text.index("dead jobs (")]
     cells = [c.strip() for c in next(line for line in table.splitlines() if "charge" in line).split("│")[1:-1]]
     assert cells[:4] == ["charge", "concurrency 2", "2 of 2", "4"] and cells[5] == "alice@box", table
-    assert cells[4].startswith("10m"), table  # throttled: how long the oldest waiting job has waited
+    assert cells[4].startswith("10m"), table  # oldest: how long the oldest throttled job has waited

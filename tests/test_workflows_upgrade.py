@@ -274,3 +274,30 @@ def test_the_previous_releases_claim_never_takes_a_waiting_job(conn, status):
     claimed = old_claim(conn)
     assert [r[0] for r in claimed] == ([parent.id] if status == "queued" else [])
     assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'waiting'").fetchone() == (20,)
+
+
+def test_the_indexes_built_beforehand_are_kept_by_the_migration(empty_dsn):
+    """The upgrade procedure for a large table (docs/operations/upgrading.md, schema 9): the column and
+    the two indexes built beforehand without blocking, then `jobsup migrate`, which keeps them."""
+    from jobsup.db import migrate as migrations
+
+    with psycopg.connect(empty_dsn, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA jobsup")
+        conn.execute(migrations.SQL["migrations_table"])
+        for migration in migrations.available():
+            if migration.version < 9:
+                conn.execute(migration.sql.encode())
+                conn.execute(migrations.SQL["migration_done"], {"version": migration.version, "name": migration.name})
+        conn.execute("INSERT INTO jobsup.jobs (kind) VALUES ('k')")
+        conn.execute("ALTER TABLE jobsup.jobs ADD COLUMN IF NOT EXISTS workflow_id bigint")
+        conn.execute(
+            "CREATE INDEX CONCURRENTLY jobs_workflow_idx ON jobsup.jobs (workflow_id, status)"
+            " WHERE workflow_id IS NOT NULL"
+        )
+        conn.execute("CREATE INDEX CONCURRENTLY jobs_waiting_idx ON jobsup.jobs (queue, kind) WHERE status = 'waiting'")
+        assert [m.version for m in migrations.migrate(conn)][0] == 9
+        indexes = [r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'jobsup'")]
+        assert indexes.count("jobs_workflow_idx") == 1 and indexes.count("jobs_waiting_idx") == 1
+        assert conn.execute("SELECT status, workflow_id, parents_left FROM jobsup.jobs").fetchall() == [
+            ("queued", None, 0)
+        ]

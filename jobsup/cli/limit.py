@@ -25,10 +25,10 @@ _DIMENSIONS = {
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Without options, list every kind with limits: those in force, what the app declares, who set "
-        "them, and what each holds and has waiting. With options, set KIND's limits for every "
-        "supervisor (they obey within a heartbeat, at once when they hear the NOTIFY): the values given "
-        "replace those in force, `none` removes one, and an operator's values win over what any app "
-        "declares until --reset."
+        "them, what each holds and how many of its ready jobs they hold back (throttled). With options, "
+        "set KIND's limits for every supervisor (they obey within a heartbeat, at once when they hear the "
+        "NOTIFY): the values given replace those in force, `none` removes one, and an operator's values "
+        "win over what any app declares until --reset."
     )
     p.add_argument("kind", nargs="?", metavar="KIND", help="the kind to show or change")
     p.add_argument("--concurrency", metavar="N", help="at most N jobs of the kind held at once (none: no limit)")
@@ -104,5 +104,5 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         limits = Limits.from_json(row["kind"], row["limits"])
         source = f"set by {row['set_by']}" if row["set_by"] else f"declared by {row['declared_by'] or '?'}"
-        waiting = "10,000+" if row["waiting"] > 10000 else f"{row['waiting']:,}"
-        print(f"{row['kind']}: {limits}; {source}; held {row['held']}, waiting {waiting}")
+        throttled = "10,000+" if row["throttled"] > 10000 else f"{row['throttled']:,}"
+        print(f"{row['kind']}: {limits}; {source}; held {row['held']}, throttled {throttled}")

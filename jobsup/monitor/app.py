@@ -94,7 +94,7 @@ OTHER_KEYS = [
     ("Home End", "the first / last row (Home: follow the newest dead jobs again)"),
     (
         "Enter",
-        "open the selected job (dead jobs, busy workers; limits: the kind's or key's next waiting job) or "
+        "open the selected job (dead jobs, busy workers; limits: the kind's or key's next throttled job) or "
         "workflow (its tree)",
     ),
     ("Ctrl+P", "command palette"),
@@ -714,7 +714,7 @@ class TopApp(App[None]):
             self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
         elif event.data_table.id == "limits" and key is not None:
             kind, _, limit_key = key.partition("\x00")
-            self.run_worker(self._show_waiting(kind, limit_key or None), name="job", exit_on_error=False)
+            self.run_worker(self._show_throttled(kind, limit_key or None), name="job", exit_on_error=False)
         elif event.data_table.id == "workflows" and key is not None:
             self.show_workflow(int(key))
 
@@ -727,11 +727,11 @@ class TopApp(App[None]):
     def on_open_job(self, message: OpenJob) -> None:
         self.run_worker(self._show_job(message.job_id), name="job", exit_on_error=False)
 
-    async def _show_waiting(self, kind: str, key: str | None) -> None:
-        """The job screen of the next waiting job of a kind (or key): it says which limit holds it."""
-        job_id = await self.source.next_waiting(kind, key)
+    async def _show_throttled(self, kind: str, key: str | None) -> None:
+        """The job screen of the next throttled job of a kind (or key): it says which limit holds it."""
+        job_id = await self.source.next_throttled(kind, key)
         if job_id is None:
-            self.notify(f"no job of kind {kind}{f' and key {key}' if key else ''} is waiting", severity="warning")
+            self.notify(f"no job of kind {kind}{f' and key {key}' if key else ''} is throttled", severity="warning")
             return
         await self._show_job(job_id)
 

@@ -21,7 +21,7 @@ from jobsup.ops.latency import KindLatency, summarize
 from jobsup.ops.snapshot import COUNT_COLUMNS as COUNT_COLUMNS
 from jobsup.ops.snapshot import KIND_COLUMNS as KIND_COLUMNS
 from jobsup.ops.snapshot import LIVE_COLUMNS, KindCounts, LimitedKind, counts_by_kind, limited_kinds
-from jobsup.ops.snapshot import WAITING_COUNTED as WAITING_COUNTED
+from jobsup.ops.snapshot import THROTTLED_COUNTED as THROTTLED_COUNTED
 from jobsup.ops.snapshot import column_sums as column_sums
 from jobsup.ops.unserved import Unserved
 from jobsup.ops.workflows import Progress
@@ -157,12 +157,12 @@ class Lease:
 
 @dataclass(frozen=True)
 class LimitedKey:
-    """One key of a limited kind. Its waiting jobs (and the oldest of them) are counted among the first
-    WAITING_COUNTED waiting jobs of the kind, as the kind's are."""
+    """One key of a limited kind. Its throttled jobs (and the oldest of them) are counted among the first
+    THROTTLED_COUNTED throttled jobs of the kind, as the kind's are."""
 
     key: str
     held: int = 0
-    waiting: int = 0
+    throttled: int = 0
     throttled_age: float | None = None
     starts: int = 0  # within its key_rate's period (STARTS_SPAN at most)
 
@@ -173,8 +173,8 @@ class LimitRow(LimitedKind):
     busiest keys."""
 
     starts: int = 0  # within its rate's period (STARTS_SPAN at most)
-    keys: tuple[LimitedKey, ...] = ()  # the LIMIT_KEYS busiest, by held then waiting
-    keys_seen: int = 0  # keys holding a job or among its first WAITING_COUNTED waiting ones
+    keys: tuple[LimitedKey, ...] = ()  # the LIMIT_KEYS busiest, by held then throttled
+    keys_seen: int = 0  # keys holding a job or among its first THROTTLED_COUNTED throttled ones
 
     @property
     def at_concurrency(self) -> bool:
@@ -395,7 +395,7 @@ def limit_rows(kinds: Iterable[Mapping[str, Any]], keys: Iterable[Mapping[str, A
             starts[row["kind"]] = row["starts"]
             continue
         busiest.setdefault(row["kind"], []).append(
-            LimitedKey(row["key"], row["held"], row["waiting"], row["throttled_age"], row["starts"])
+            LimitedKey(row["key"], row["held"], row["throttled"], row["throttled_age"], row["starts"])
         )
         seen[row["kind"]] = row["keys_seen"]
     return tuple(

@@ -1,5 +1,5 @@
 """The Limits tab of `jobsup top`: each kind with a limit in force, what it holds, how fast it starts, what
-waits for it (throttled) and for how long, with its busiest keys under it; and the input of L, which
+it throttles and for how long, with its busiest keys under it; and the input of L, which
 changes the selected kind's limits (the app asks first, and refuses in --read-only).
 """
 
@@ -29,8 +29,8 @@ COLUMNS = (
     ("kind", "kind / key", False),
     ("held", "held", True),
     ("starts", "starts", True),
-    ("waiting", "waiting", True),
     ("throttled", "throttled", True),
+    ("oldest", "oldest", True),
 )
 INPUT_HELP = (
     "name=value, separated by spaces: concurrency, rate (50/s, 100/m, 1000/h), burst, key_concurrency, "
@@ -168,8 +168,8 @@ class LimitsPanel(Panel):
             table.move_cursor(row=keys.index(selected), scroll=False)
         if not figures.limits:
             self.border_subtitle = "no kind has a limit: declare one on its handler, or set one with jobsup limit"
-        elif any(k.waiting_capped for k in shown):
-            self.border_subtitle = f"waiting counted up to {fig.WAITING_COUNTED:,} a kind"
+        elif any(k.throttled_capped for k in shown):
+            self.border_subtitle = f"throttled counted up to {fig.THROTTLED_COUNTED:,} a kind"
         else:
             self.border_subtitle = ""
         self._show_detail()
@@ -194,7 +194,7 @@ class LimitsPanel(Panel):
             left(k.kind, "bold"),
             right(fig.held(k.held, limits.concurrency), view.warning if k.at_concurrency else ""),
             right(fig.starts(k.starts, limits.rate), view.warning if fig.at_rate(k.starts, limits.rate) else ""),
-            right(k.waiting_text),
+            right(k.throttled_text),
             right(fig.age(k.throttled_age), view.warning if late else ""),
         ]
 
@@ -206,7 +206,7 @@ class LimitsPanel(Panel):
             left(f"  {key.key}"),
             right(fig.held(key.held, limit), view.warning if full else ""),
             right(fig.starts(key.starts, rate), view.warning if fig.at_rate(key.starts, rate) else ""),
-            right(fig.count(key.waiting)),
+            right(fig.count(key.throttled)),
             right(fig.age(key.throttled_age)),
         ]
 

@@ -80,10 +80,10 @@ def _statements(match: str | None, minutes: int, workflows: bool = False) -> lis
         ("latency_read", {}),
         ("expiring_leases", {"limit": LEASE_LIMIT}),
         ("attempts_histogram", {}),
-        # The Limits tab: the limits rows, the indexes of held jobs and of waiting ones (the first
-        # WAITING_COUNTED of each kind) and the last minute of finished jobs, as done/min reads it.
-        ("limited_kinds", {"counted": fig.WAITING_COUNTED + 1}),
-        ("console_limit_keys", {"counted": fig.WAITING_COUNTED + 1, "keys": fig.LIMIT_KEYS}),
+        # The Limits tab: the limits rows, the indexes of held jobs and of throttled ones (the first
+        # THROTTLED_COUNTED of each kind) and the last minute of finished jobs, as done/min reads it.
+        ("limited_kinds", {"counted": fig.THROTTLED_COUNTED + 1}),
+        ("console_limit_keys", {"counted": fig.THROTTLED_COUNTED + 1, "keys": fig.LIMIT_KEYS}),
         # The Workflows tab: a few probes of the newest workflows' jobs; their list, which counts every
         # job of each, only while the tab is in view (the last statement then).
         ("console_workflows_live", {"limit": fig.WORKFLOWS_LISTED}),
@@ -299,11 +299,11 @@ class Source:
 
         return await self._run(work)
 
-    async def next_waiting(self, kind: str, key: str | None = None) -> int | None:
-        """The id of the first waiting job of a limited kind (of one key), in claim order; None if none."""
+    async def next_throttled(self, kind: str, key: str | None = None) -> int | None:
+        """The id of the first throttled job of a limited kind (of one key), in claim order; None if none."""
 
         async def work(conn: psycopg.AsyncConnection) -> int | None:
-            cur = await conn.execute(SQL["console_limit_next_waiting"], {"kind": kind, "key": key})
+            cur = await conn.execute(SQL["console_limit_next_throttled"], {"kind": kind, "key": key})
             row = await cur.fetchone()
             return None if row is None else row[0]
 

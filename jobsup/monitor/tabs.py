@@ -135,14 +135,15 @@ class LatencyPane(Pane):
 
 
 class LimitsPane(Pane):
-    TAB = Tab("limits", "Limits", "6", "each limited kind and its busiest keys: held, starts, waiting (throttled)")
+    TAB = Tab("limits", "Limits", "6", "each limited kind and its busiest keys: held, starts, throttled")
 
     def compose(self) -> ComposeResult:
         yield LimitsPanel(id="limits-panel")
 
     def badge(self, figures: Figures, view: View) -> str:
-        waiting = sum(k.waiting for k in figures.limits)
-        return fig.count(waiting) + ("+" if any(k.waiting_capped for k in figures.limits) else "") if waiting else ""
+        throttled = sum(k.throttled for k in figures.limits)
+        capped = any(k.throttled_capped for k in figures.limits)
+        return fig.count(throttled) + ("+" if capped else "") if throttled else ""
 
     def offered(self, figures: Figures | None) -> bool:
         # Most queues limit nothing: the tab joins the bar (and Tab's round) once a kind has a limit.

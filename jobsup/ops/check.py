@@ -22,7 +22,7 @@ from psycopg.rows import dict_row
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import one_row
 from jobsup.durations import format_age, format_duration
-from jobsup.ops.snapshot import WAITING_COUNTED, LimitedKind, limited_kinds
+from jobsup.ops.snapshot import THROTTLED_COUNTED, LimitedKind, limited_kinds
 from jobsup.ops.unserved import Unserved, unserved
 
 MAX_OLDEST_AGE = 300.0  # seconds; the default of --max-oldest-age
@@ -124,11 +124,11 @@ def judge(
     >>> print(judge(Limits(max_oldest_age=0), {}, 0, 0, [Unserved("mix", "c", 3, 400.0)]).crossed[0].message)
     queue mix: 3 ready jobs of kind c that no live supervisor can run, the oldest for 6m40s, over --max-unserved-age 5m
     >>> from jobsup import limits as kind_limits
-    >>> charge = LimitedKind("charge", kind_limits.Limits(concurrency=3), held=3, waiting=1204, throttled_age=400.0)
+    >>> charge = LimitedKind("charge", kind_limits.Limits(concurrency=3), held=3, throttled=1204, throttled_age=400.0)
     >>> [line] = [c.message for c in judge(Limits(max_throttled_age=60.0), {}, 0, 0, limited=[charge]).crossed]
     >>> print(line.replace(", the", ",\\nthe"))
-    kind charge: 1,204 jobs waiting for its limits (concurrency 3, 3 held),
-    the oldest throttled for 6m40s, over --max-throttled-age 1m
+    kind charge: 1,204 jobs throttled by its limits (concurrency 3, 3 held),
+    the oldest for 6m40s, over --max-throttled-age 1m
     """
     crossed = []
     if limits.max_oldest_age:
@@ -179,12 +179,12 @@ def judge(
 
 
 def throttled(kind: LimitedKind, threshold: float) -> Crossed:
-    """The line of a limited kind whose oldest waiting job has waited longer than `threshold`."""
+    """The line of a limited kind whose oldest throttled job has waited longer than `threshold`."""
     age = kind.throttled_age or 0.0
-    jobs = "job" if kind.waiting == 1 and not kind.waiting_capped else "jobs"
+    jobs = "job" if kind.throttled == 1 and not kind.throttled_capped else "jobs"
     message = (
-        f"kind {kind.kind}: {kind.waiting_text} {jobs} waiting for its limits ({kind.limits}, {kind.held} held), "
-        f"the oldest throttled for {format_age(age)}, over --max-throttled-age {shown(threshold)}"
+        f"kind {kind.kind}: {kind.throttled_text} {jobs} throttled by its limits ({kind.limits}, {kind.held} held), "
+        f"the oldest for {format_age(age)}, over --max-throttled-age {shown(threshold)}"
     )
     return Crossed("throttled_age", age, threshold, message, kind=kind.kind)
 
@@ -201,7 +201,7 @@ def check(conn: psycopg.Connection, limits: Limits) -> Result:
         row = one_row(cur.fetchone(), "check_figures")
         cur.execute(SQL["queue_pauses"])
         paused = [r["queue"] for r in cur.fetchall()]
-        cur.execute(SQL["limited_kinds"], {"counted": WAITING_COUNTED + 1})
+        cur.execute(SQL["limited_kinds"], {"counted": THROTTLED_COUNTED + 1})
         limited = limited_kinds(cur.fetchall())
-    waiting = [u for u in unserved(conn) if limits.queue is None or u.queue == limits.queue]
-    return judge(limits, oldest, row["dead"], row["reaped_last_minute"], waiting, paused, limited)
+    stranded = [u for u in unserved(conn) if limits.queue is None or u.queue == limits.queue]
+    return judge(limits, oldest, row["dead"], row["reaped_last_minute"], stranded, paused, limited)

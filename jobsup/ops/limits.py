@@ -168,7 +168,7 @@ def list_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
                 "set_by": row["set_by"],
                 "set_at": row["set_at"].isoformat() if row["set_at"] else None,
                 "held": row["held"],
-                "waiting": row["waiting"],
+                "throttled": row["throttled"],
                 "next_start": row["next_start"].isoformat() if row["next_start"] else None,
             }
         )

@@ -2,7 +2,7 @@
 
 Every supervisor exports what it does itself (jobsup/supervisor/metrics.py); what the queue holds
 (jobs waiting for their parents, ready, scheduled, running and dead by queue and kind, the oldest
-ready job per queue, for each kind with a limit the jobs held against it and waiting for it, and the
+ready job per queue, for each kind with a limit the jobs held against it and those it throttles, and the
 workflows open, done and failed) is the same whichever supervisor reads it, so one small process reads
 it at each scrape and serves it, and adding supervisors adds no duplicate series and no load. Each
 scrape reads the partial indexes of live and dead jobs, never the finished ones, and the workflows
@@ -24,7 +24,7 @@ from psycopg.rows import dict_row
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput, first_line
-from jobsup.ops.snapshot import WAITING_COUNTED, LimitedKind, limited_kinds
+from jobsup.ops.snapshot import THROTTLED_COUNTED, LimitedKind, limited_kinds
 
 # The status label of jobsup_queue_jobs; all but dead are columns of live_counts (snapshot.sql).
 STATUSES = ("waiting", "ready", "scheduled", "running", "dead")
@@ -51,7 +51,7 @@ class QueueCollector:
                 ("live_counts", {}),
                 ("exporter_dead", {}),
                 ("oldest_ready", {}),
-                ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
+                ("limited_kinds", {"counted": THROTTLED_COUNTED + 1}),
                 ("workflow_counts", {}),
             ):
                 cur.execute(SQL[name], params)
@@ -131,7 +131,7 @@ class QueueCollector:
 
 def limit_gauges(kinds: list[LimitedKind]) -> Iterator:
     """The gauges of the kinds with a limit in force, labelled by kind: what they hold, their limits, what
-    waits for them and for how long. A kind without a given limit has no sample of its gauge."""
+    they throttle and for how long. A kind without a given limit has no sample of its gauge."""
     from prometheus_client.core import GaugeMetricFamily
 
     held = GaugeMetricFamily(
@@ -149,27 +149,27 @@ def limit_gauges(kinds: list[LimitedKind]) -> Iterator:
         "The rate limit of a kind, in starts per second",
         labels=["kind"],
     )
-    waiting = GaugeMetricFamily(
-        "jobsup_limit_waiting_jobs",
-        f"Ready jobs of a limited kind waiting for its limits (throttled), counted up to {WAITING_COUNTED:,}",
+    throttled = GaugeMetricFamily(
+        "jobsup_limit_throttled_jobs",
+        f"Ready jobs of a limited kind held back by its limits (throttled), counted up to {THROTTLED_COUNTED:,}",
         labels=["kind"],
     )
-    throttled = GaugeMetricFamily(
+    throttled_age = GaugeMetricFamily(
         "jobsup_limit_throttled_age_seconds",
-        "How long the oldest waiting job of a limited kind has waited: the time it has spent throttled; "
-        "absent for a kind with none waiting",
+        "How long the oldest throttled job of a limited kind has waited (from its run_at); "
+        "absent for a kind with none throttled",
         labels=["kind"],
     )
     for k in kinds:
         held.add_metric([k.kind], k.held)
-        waiting.add_metric([k.kind], k.waiting)
+        throttled.add_metric([k.kind], k.throttled)
         if k.limits.concurrency is not None:
             concurrency.add_metric([k.kind], k.limits.concurrency)
         if k.limits.rate is not None:
             rate.add_metric([k.kind], k.limits.rate.count / k.limits.rate.period)
         if k.throttled_age is not None:
-            throttled.add_metric([k.kind], k.throttled_age)
-    yield from (held, concurrency, rate, waiting, throttled)
+            throttled_age.add_metric([k.kind], k.throttled_age)
+    yield from (held, concurrency, rate, throttled, throttled_age)
 
 
 def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) -> None:

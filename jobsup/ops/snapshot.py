@@ -29,9 +29,10 @@ TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
 # Every count of a kind, in the order `jobsup stats` shows them: a job waits, is ready, runs, finishes.
 KIND_COLUMNS = WAITING_COLUMNS + COUNT_COLUMNS
-# Waiting jobs of a limited kind are counted up to this many: a kind may have a million waiting, and
-# each refresh of the console and each scrape reads them (limited_kinds, snapshot.sql).
-WAITING_COUNTED = 10_000
+# Throttled jobs of a limited kind (ready, held back by its limits) are counted up to this many: a kind
+# may have a million throttled, and each refresh of the console and each scrape reads them (limited_kinds,
+# snapshot.sql).
+THROTTLED_COUNTED = 10_000
 
 
 @dataclass(frozen=True)
@@ -49,14 +50,14 @@ class KindCounts:
 
 @dataclass(frozen=True)
 class LimitedKind:
-    """A kind with a limit in force, and the jobs held against it and waiting for it (throttled)."""
+    """A kind with a limit in force, the jobs held against it and those it throttles (ready, held back)."""
 
     kind: str
     limits: Limits
     held: int = 0  # running jobs of the kind: what its concurrency limit counts
-    waiting: int = 0  # ready jobs of the kind not yet claimed, counted up to WAITING_COUNTED
-    waiting_capped: bool = False  # more than WAITING_COUNTED wait: `waiting` stopped there
-    throttled_age: float | None = None  # seconds the oldest waiting job has waited; None with none waiting
+    throttled: int = 0  # ready jobs of the kind not yet claimed, counted up to THROTTLED_COUNTED
+    throttled_capped: bool = False  # more than THROTTLED_COUNTED throttled: `throttled` stopped there
+    throttled_age: float | None = None  # seconds the oldest throttled job has waited; None with none throttled
     set_by: str | None = None  # the operator whose values are in force; None: the app's declaration
     declared: Limits | None = None  # what the app of the last supervisor to start declared; None: no app did
 
@@ -67,30 +68,30 @@ class LimitedKind:
             row["kind"],
             Limits.from_columns(row),
             held=row["held"],
-            waiting=min(row["waiting"], WAITING_COUNTED),
-            waiting_capped=row["waiting"] > WAITING_COUNTED,
+            throttled=min(row["throttled"], THROTTLED_COUNTED),
+            throttled_capped=row["throttled"] > THROTTLED_COUNTED,
             throttled_age=row["throttled_age"],
             set_by=row["set_by"],
             declared=None if row["declared"] is None else Limits.from_json(row["kind"], row["declared"]),
         )
 
     @property
-    def waiting_text(self) -> str:
+    def throttled_text(self) -> str:
         """
-        >>> LimitedKind("a", Limits(), waiting=1234).waiting_text
+        >>> LimitedKind("a", Limits(), throttled=1234).throttled_text
         '1,234'
-        >>> LimitedKind("a", Limits(), waiting=WAITING_COUNTED, waiting_capped=True).waiting_text
+        >>> LimitedKind("a", Limits(), throttled=THROTTLED_COUNTED, throttled_capped=True).throttled_text
         '10,000+'
         """
-        return f"{self.waiting:,}" + ("+" if self.waiting_capped else "")
+        return f"{self.throttled:,}" + ("+" if self.throttled_capped else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
             "kind": self.kind,
             "limits": self.limits.to_json(),
             "held": self.held,
-            "waiting": self.waiting,
-            "waiting_capped": self.waiting_capped,
+            "throttled": self.throttled,
+            "throttled_capped": self.throttled_capped,
             "throttled_age": self.throttled_age,
             "set_by": self.set_by,
             "declared": None if self.declared is None else self.declared.to_json(),
@@ -200,7 +201,7 @@ def _queries(dead_limit: int, event_limit: int, lease_limit: int = 10) -> list[t
         ("latency_read", {}),
         ("expiring_leases", {"limit": lease_limit}),
         ("attempts_histogram", {}),
-        ("limited_kinds", {"counted": WAITING_COUNTED + 1}),
+        ("limited_kinds", {"counted": THROTTLED_COUNTED + 1}),
         ("workflow_counts", {}),
     ]
 

@@ -75,7 +75,7 @@ GROUP BY 1
 -- name: console_limit_keys
 -- The Limits tab's figures beyond limited_kinds (snapshot.sql): the starts of each limited kind within
 -- its rate's period, and its busiest keys. Rows with `whole_kind` carry a kind's starts; the others are
--- its %(keys)s busiest keys (by held, then waiting, then starts), ranked by `n`.
+-- its %(keys)s busiest keys (by held, then throttled, then starts), ranked by `n`.
 --
 -- A start is a job's started_at within the period, capped at a minute: among the held jobs (the index of
 -- held jobs) and the jobs finished since (a minute's range of the index of finished jobs, what the
@@ -83,9 +83,10 @@ GROUP BY 1
 -- attempt waiting for its retry is not counted, since only a read of the kind's whole backlog finds it.
 -- A key's starts are counted within its key_rate's period, alike.
 --
--- A key's held jobs come from the index of held jobs; its waiting jobs (and the oldest of them) from the
--- first %(counted)s entries of the kind's waiting jobs, as limited_kinds counts them, so a key whose
--- jobs come later in that index (a lower priority, a later name) may show fewer waiting than it has.
+-- A key's held jobs come from the index of held jobs; its throttled jobs (and the oldest of them) from
+-- the first %(counted)s entries of the kind's limited ready jobs, as limited_kinds counts them, so a key
+-- whose jobs come later in that index (a lower priority, a later name) may show fewer throttled than it
+-- has.
 -- `keys_seen` counts the keys these reads found.
 WITH l AS (
     SELECT kind, least(coalesce(period, 60), 60) AS span, least(coalesce(key_period, 60), 60) AS key_span
@@ -110,8 +111,8 @@ WITH l AS (
     FROM jobsup.jobs j JOIN l ON l.kind = j.kind
     WHERE j.status = 'running' AND j.limited AND j.key IS NOT NULL
     GROUP BY j.kind, j.key
-), waiting AS (
-    SELECT l.kind, w.key, count(*) AS waiting, min(w.run_at) AS oldest
+), throttled AS (
+    SELECT l.kind, w.key, count(*) AS throttled, min(w.run_at) AS oldest
     FROM l CROSS JOIN LATERAL (
         SELECT j.key, j.run_at FROM jobsup.jobs j
         WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
@@ -121,19 +122,19 @@ WITH l AS (
     GROUP BY l.kind, w.key
 ), key_jobs AS (
     SELECT coalesce(h.kind, w.kind) AS kind, coalesce(h.key, w.key) AS key, coalesce(h.held, 0) AS held,
-           coalesce(w.waiting, 0) AS waiting, w.oldest
-    FROM held h FULL JOIN waiting w ON w.kind = h.kind AND w.key = h.key
+           coalesce(w.throttled, 0) AS throttled, w.oldest
+    FROM held h FULL JOIN throttled w ON w.kind = h.kind AND w.key = h.key
 ), ranked AS (
     SELECT coalesce(k.kind, s.kind) AS kind, coalesce(k.key, s.key) AS key, coalesce(k.held, 0) AS held,
-           coalesce(k.waiting, 0) AS waiting, k.oldest, coalesce(s.key_starts, 0) AS starts
+           coalesce(k.throttled, 0) AS throttled, k.oldest, coalesce(s.key_starts, 0) AS starts
     FROM key_jobs k
     FULL JOIN (SELECT * FROM starts WHERE NOT whole_kind AND key IS NOT NULL AND key_starts > 0) s
            ON s.kind = k.kind AND s.key = k.key
 )
-SELECT r.kind, r.key, false AS whole_kind, r.n, r.held, r.waiting,
+SELECT r.kind, r.key, false AS whole_kind, r.n, r.held, r.throttled,
        extract(epoch FROM now() - r.oldest)::float8 AS throttled_age, r.starts, r.keys_seen
 FROM (SELECT ranked.*,
-             row_number() OVER (PARTITION BY kind ORDER BY held DESC, waiting DESC, starts DESC, key) AS n,
+             row_number() OVER (PARTITION BY kind ORDER BY held DESC, throttled DESC, starts DESC, key) AS n,
              count(*) OVER (PARTITION BY kind) AS keys_seen
       FROM ranked) r
 WHERE r.n <= %(keys)s
@@ -141,9 +142,9 @@ UNION ALL
 SELECT s.kind, NULL, true, 0, NULL, NULL, NULL, s.kind_starts, NULL FROM starts s WHERE s.whole_kind
 ORDER BY 1, 4
 
--- name: console_limit_next_waiting
--- The first waiting job of a limited kind (of one key, if given) in the order of the index of waiting
--- jobs (priority, key, run_at), for Enter on the Limits tab: the job screen says why it waits. Read on
+-- name: console_limit_next_throttled
+-- The first throttled job of a limited kind (of one key, if given) in the order of the index of limited
+-- ready jobs (priority, key, run_at), for Enter on the Limits tab: the job screen says why it waits. Read on
 -- a key press, not per refresh: a key far into a deep backlog costs a scan up to its first entry.
 SELECT id FROM jobsup.jobs
 WHERE kind = %(kind)s AND status = 'queued' AND limited AND run_at <= now()

@@ -73,7 +73,7 @@ SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.ke
        l.key_burst, l.limited, l.declared, l.declared_by, l.declared_at, l.set_by, l.set_at,
        (SELECT count(*) FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited) AS held,
        (SELECT count(*) FROM (SELECT 1 FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'queued'
-                              AND j.limited AND j.run_at <= now() LIMIT 10001) r) AS waiting,
+                              AND j.limited AND j.run_at <= now() LIMIT 10001) r) AS throttled,
        CASE WHEN l.rate IS NOT NULL THEN jobsup.rate_next(l.tat, now(), l.rate, l.period, l.burst) END AS next_start
 FROM jobsup.limits l ORDER BY l.kind
 

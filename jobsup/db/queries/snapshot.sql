@@ -64,21 +64,22 @@ SELECT id, at, action, supervisor, count, job_ids, detail
 FROM jobsup.events ORDER BY at DESC LIMIT %(limit)s
 
 -- name: limited_kinds
--- Each kind with a limit in force (migration 0008): its limits, who set them, and the jobs held against
--- them and waiting for them; read by `jobsup stats`, the console, `jobsup metrics` and `jobsup check`.
--- `held` reads the index of held jobs (running and limited: a worker's job each). `waiting` and
--- `throttled_age` read the first %(counted)s entries of the index of waiting jobs, in its order
--- (priority, key, run_at), so a kind with a million waiting costs what one with ten thousand does:
--- `waiting` stops counting there, and `throttled_age` (how long the oldest waiting job has waited) is
--- the oldest of the entries read. It is exact for a kind of one priority without keys; otherwise, past
--- that many waiting, an older job of a lower priority or a later key may be left unread: a lower bound.
+-- Each kind with a limit in force (migration 0008): its limits, who set them, the jobs held against
+-- them and the jobs they throttle (ready, not yet claimed); read by `jobsup stats`, the console,
+-- `jobsup metrics` and `jobsup check`. `held` reads the index of held jobs (running and limited: a
+-- worker's job each). `throttled` and `throttled_age` read the first %(counted)s entries of the index of
+-- limited ready jobs, in its order (priority, key, run_at), so a kind with a million throttled costs
+-- what one with ten thousand does: `throttled` stops counting there, and `throttled_age` (how long the
+-- oldest throttled job has waited) is the oldest of the entries read. It is exact for a kind of one
+-- priority without keys; otherwise, past that many throttled, an older job of a lower priority or a
+-- later key may be left unread: a lower bound.
 SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.key_rate, l.key_period,
        l.key_burst, l.declared, l.set_by, l.set_at,
        (SELECT count(*) FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited) AS held,
-       w.waiting, extract(epoch FROM now() - w.oldest)::float8 AS throttled_age
+       w.throttled, extract(epoch FROM now() - w.oldest)::float8 AS throttled_age
 FROM jobsup.limits l
 CROSS JOIN LATERAL (
-    SELECT count(*) AS waiting, min(r.run_at) AS oldest
+    SELECT count(*) AS throttled, min(r.run_at) AS oldest
     FROM (SELECT j.run_at FROM jobsup.jobs j
           WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
           ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
