@@ -28,6 +28,8 @@ _EXPORTS = {
     "Snooze": "outcomes",
     "RetryAfter": "outcomes",
     "Discard": "outcomes",
+    "RunOutcome": "middleware",
+    "AttemptStopped": "middleware",
     "Workflow": "workflow",
     "parents": "workflow",
     "aparents": "workflow",
@@ -53,6 +55,8 @@ if TYPE_CHECKING:
     from jobsup.job import EnqueueOptions as EnqueueOptions
     from jobsup.job import Job as Job
     from jobsup.job import JobSpec as JobSpec
+    from jobsup.middleware import AttemptStopped as AttemptStopped
+    from jobsup.middleware import RunOutcome as RunOutcome
     from jobsup.outcomes import Discard as Discard
     from jobsup.outcomes import RetryAfter as RetryAfter
     from jobsup.outcomes import Snooze as Snooze

@@ -17,6 +17,7 @@ from jobsup import client
 from jobsup.errors import AppNotFound, BadInput, NoHandler
 from jobsup.job import EncodedPayload, EnqueueOptions, Job, JobSpec, make_spec
 from jobsup.limits import Limits, check_key
+from jobsup.middleware import EnqueueMiddleware, Middleware, RunMiddleware
 from jobsup.schedule import DEFAULT_MISSED_LIMIT, Schedule
 
 if TYPE_CHECKING:
@@ -71,6 +72,21 @@ class App:
     def __init__(self) -> None:
         self.handlers: dict[str, Handler] = {}
         self.schedules: dict[str, Schedule] = {}
+        self.middleware = Middleware()
+
+    def enqueue_middleware(self, func: EnqueueMiddleware) -> EnqueueMiddleware:
+        """Register `func(spec, meta)`, called for every job enqueued through this app (its enqueue
+        functions, a Queue or Workflow given it), in the enqueuing process, before the job is written:
+        what it puts in `meta` is stored with the job, as `job.meta`. Several run in the order they were
+        registered. See jobsup.middleware."""
+        return self.middleware.add_enqueue(func)
+
+    def run_middleware(self, func: RunMiddleware) -> RunMiddleware:
+        """Register a generator function `func(job)` around every run of this app's handlers, in the
+        worker: its code before `outcome = yield` runs before the handler, the rest after it, with the
+        RunOutcome. Several wrap in the order they were registered, the first outermost. See
+        jobsup.middleware."""
+        return self.middleware.add_run(func)
 
     def handler(
         self,
@@ -230,7 +246,7 @@ class App:
     ) -> int | None:
         """jobsup.enqueue, with this app's handler defaults for what the call leaves out; a kind the app
         has no handler for is refused (BadInput)."""
-        return client.enqueue(conn, self._known_spec(kind, payload, options))
+        return client.enqueue_spec(conn, self._known_spec(kind, payload, options), self)
 
     async def aenqueue(
         self,
@@ -239,17 +255,17 @@ class App:
         payload: Any = None,
         **options: Unpack[EnqueueOptions],
     ) -> int | None:
-        return await client.aenqueue(conn, self._known_spec(kind, payload, options))
+        return await client.aenqueue_spec(conn, self._known_spec(kind, payload, options), self)
 
     def enqueue_many(
         self, conn: psycopg.Connection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
     ) -> list[int | None]:
-        return client.enqueue_many(conn, [self._known_spec(job) for job in jobs])
+        return client.enqueue_specs(conn, [self._known_spec(job) for job in jobs], self)
 
     async def aenqueue_many(
         self, conn: psycopg.AsyncConnection[Any], jobs: Iterable[JobSpec | Mapping[str, Any]]
     ) -> list[int | None]:
-        return await client.aenqueue_many(conn, [self._known_spec(job) for job in jobs])
+        return await client.aenqueue_specs(conn, [self._known_spec(job) for job in jobs], self)
 
 
 def split_target(target: str) -> tuple[str, str]:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 import psycopg
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
-from jobsup import workflow
+from jobsup import middleware, workflow
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import Op, arun, run, sorted_ids
 from jobsup.job import EnqueueOptions, JobSpec, make_spec, max_payload_bytes
@@ -35,6 +35,7 @@ def _enqueue_op(spec: JobSpec) -> Op:
         "max_attempts": spec.max_attempts,
         "unique_key": spec.unique_key,
         "key": spec.key,
+        "meta": spec.encoded_meta(),
     }
     return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
 
@@ -51,6 +52,7 @@ def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
         "max_attempts": [s.max_attempts for s in specs],
         # NULL when no job has one (as most batches): unnest pads a NULL array with NULLs.
         "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
+        "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
     }
     if all(s.unique_key is None for s in specs):
         # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.
@@ -81,33 +83,53 @@ def enqueue(
     conn: psycopg.Connection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """Enqueue one job; its id, or None when its unique_key belongs to a queued or running job."""
-    spec = make_spec(kind, payload, options)
-    if spec.after:
-        return workflow.enqueue_dependents(conn, [spec])[0]
-    return run(conn, _enqueue_op(spec))
+    return enqueue_spec(conn, make_spec(kind, payload, options), None)
 
 
 async def aenqueue(
     conn: psycopg.AsyncConnection[Any], kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]
 ) -> int | None:
     """The asyncio form of enqueue."""
-    spec = make_spec(kind, payload, options)
+    return await aenqueue_spec(conn, make_spec(kind, payload, options), None)
+
+
+def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
+    """Enqueue many jobs in one statement; per input, its id or None where its unique_key was skipped."""
+    return enqueue_specs(conn, [make_spec(job) for job in jobs], None)
+
+
+async def aenqueue_many(conn: psycopg.AsyncConnection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
+    """The asyncio form of enqueue_many."""
+    return await aenqueue_specs(conn, [make_spec(job) for job in jobs], None)
+
+
+# The forms of the functions above for checked JobSpecs, whose enqueue middleware are the process's
+# (tracing) and `app`'s (None: the process's alone). App's enqueue functions call these.
+
+
+def enqueue_spec(conn: psycopg.Connection[Any], spec: JobSpec, app: App | None) -> int | None:
+    spec = middleware.stamp(spec, app)
+    if spec.after:  # stamped already: the one-job workflow runs no middleware of its own
+        return workflow.enqueue_dependents(conn, [spec])[0]
+    return run(conn, _enqueue_op(spec))
+
+
+async def aenqueue_spec(conn: psycopg.AsyncConnection[Any], spec: JobSpec, app: App | None) -> int | None:
+    spec = middleware.stamp(spec, app)
     if spec.after:
         return (await workflow.aenqueue_dependents(conn, [spec]))[0]
     return await arun(conn, _enqueue_op(spec))
 
 
-def enqueue_many(conn: psycopg.Connection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
-    """Enqueue many jobs in one statement; per input, its id or None where its unique_key was skipped."""
-    specs = [make_spec(job) for job in jobs]
+def enqueue_specs(conn: psycopg.Connection[Any], specs: list[JobSpec], app: App | None) -> list[int | None]:
+    specs = middleware.stamp_all(specs, app)
     if any(spec.after for spec in specs):
         return workflow.enqueue_dependents(conn, specs)
     return run(conn, _enqueue_many_op(specs)) if specs else []
 
 
-async def aenqueue_many(conn: psycopg.AsyncConnection[Any], jobs: Iterable[OneJob]) -> list[int | None]:
-    """The asyncio form of enqueue_many."""
-    specs = [make_spec(job) for job in jobs]
+async def aenqueue_specs(conn: psycopg.AsyncConnection[Any], specs: list[JobSpec], app: App | None) -> list[int | None]:
+    specs = middleware.stamp_all(specs, app)
     if any(spec.after for spec in specs):
         return await workflow.aenqueue_dependents(conn, specs)
     return await arun(conn, _enqueue_many_op(specs)) if specs else []

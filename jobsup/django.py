@@ -47,16 +47,21 @@ else:
     from django_tasks.signals import task_enqueued, task_finished, task_started
     from django_tasks.utils import normalize_json
 
+from jobsup import middleware
 from jobsup.app import App, Handler, load_app
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import one_row
 from jobsup.errors import AppNotFound, NoHandler
-from jobsup.job import DEFAULT_MAX_ATTEMPTS, Job, encoded_json
+from jobsup.job import DEFAULT_MAX_ATTEMPTS, Job, JobSpec, encoded_json
 
 # OPTIONS of a TASKS entry, with their defaults. Anything else is refused when the backend is built.
 OPTIONS: dict[str, Any] = {
     "database": "default",  # the DATABASES alias whose PostgreSQL holds the jobsup schema
     "max_attempts": DEFAULT_MAX_ATTEMPTS,  # attempts of every task enqueued through this backend
+    # "module:attribute" of a jobsup App whose enqueue middleware run for every task enqueued through
+    # this backend (tracing's run without it); give the same App to `jobsup start --app` for its run
+    # middleware. Imported at the first enqueue.
+    "app": None,
 }
 
 STATUS = {
@@ -100,6 +105,10 @@ class JobsupBackend(BaseTaskBackend):
         options = {**OPTIONS, **self.options}
         self.database: str = options["database"]
         self.max_attempts: int = options["max_attempts"]
+        self.app_target: str | None = options["app"]
+        self._app: App | None = None
+        if self.app_target is not None and not isinstance(self.app_target, str):
+            raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS']['app'] must be 'module:attribute' of a jobsup App")
         if not isinstance(self.database, str) or not self.database:
             raise InvalidTaskBackend(f"TASKS[{alias!r}]['OPTIONS']['database'] must name a DATABASES alias")
         if (
@@ -117,19 +126,34 @@ class JobsupBackend(BaseTaskBackend):
             raise InvalidTaskBackend(
                 f"jobsup.django.JobsupBackend needs PostgreSQL; DATABASES[{self.database!r}] is {connection.vendor}"
             )
+        # What the enqueue middleware see: the job as jobsup stores it (the payload's arguments as they
+        # will be passed). They run before the insert, as every enqueue's do.
+        spec = JobSpec(
+            kind=task.module_path,
+            payload={"args": args, "kwargs": kwargs, "backend": self.alias},
+            queue=task.queue_name,
+            priority=task.priority,
+            run_at=task.run_after,
+            max_attempts=self.max_attempts,
+        )
+        spec = middleware.stamp(spec, self._enqueue_app())
         with connection.cursor() as cursor:
             cursor.execute(
-                SQL["task_enqueue"],
+                SQL["enqueue"],
                 {
-                    "queue": task.queue_name,
-                    "kind": task.module_path,
+                    "queue": spec.queue,
+                    "kind": spec.kind,
                     "payload": text,
-                    "priority": task.priority,
-                    "run_at": task.run_after,
-                    "max_attempts": self.max_attempts,
+                    "priority": spec.priority,
+                    "run_at": spec.run_at,
+                    "delay": 0.0,
+                    "max_attempts": spec.max_attempts,
+                    "unique_key": None,
+                    "key": None,
+                    "meta": spec.encoded_meta(),
                 },
             )
-            job_id, created_at = one_row(cursor.fetchone(), "task_enqueue")
+            job_id, created_at = one_row(cursor.fetchone(), "enqueue")
         result: TaskResult[..., Any] = TaskResult(
             task=task,
             id=str(job_id),
@@ -146,6 +170,16 @@ class JobsupBackend(BaseTaskBackend):
         )
         task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _enqueue_app(self) -> App | None:
+        """The App of OPTIONS["app"], imported the first time a task is enqueued (settings are read before
+        the modules an App's handlers import can be)."""
+        if self._app is None and self.app_target is not None:
+            try:
+                self._app = load_app(self.app_target)
+            except AppNotFound as exc:
+                raise InvalidTaskBackend(f"TASKS[{self.alias!r}]['OPTIONS']['app']: {exc}") from exc
+        return self._app
 
     def get_result(self, result_id: str) -> TaskResult:
         try:
@@ -355,6 +389,7 @@ class TaskApp(App):
         super().__init__()
         if base is not None:
             self.handlers.update(base.handlers)
+            self.middleware = base.middleware
 
     def get(self, kind: str) -> Handler:
         handler = self.handlers.get(kind)

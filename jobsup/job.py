@@ -17,6 +17,9 @@ from jobsup.limits import check_key
 # Largest payload accepted, as compact JSON bytes, unless JOBSUP_MAX_PAYLOAD says otherwise. A queue
 # row is no place for files; pass a reference.
 MAX_PAYLOAD_BYTES = 1_000_000
+# Largest meta (what enqueue middleware store with a job), as compact JSON bytes: it is context (ids, a
+# trace's traceparent), read by every run's middleware and shown with the job, not a second payload.
+MAX_META_BYTES = 8192
 _INT_MAX = 2**31 - 1  # PostgreSQL's integer, the type of priority and max_attempts
 DEFAULT_QUEUE = "default"
 DEFAULT_MAX_ATTEMPTS = 3
@@ -65,6 +68,9 @@ class Job(NamedTuple):
     started_at: datetime | None = None  # when this attempt was claimed: its queue latency is started_at - run_at
     # The job's key (an account, a customer): the per-key dimension of its kind's limits; None for none.
     key: str | None = None
+    # What enqueue middleware stored with the job (jobsup.middleware): a dict, None for nothing. Last and
+    # with a default, as the claim returns it, so a Job built by hand (a test's) need not give it.
+    meta: dict[str, Any] | None = None
 
 
 class EncodedPayload(str):
@@ -93,10 +99,24 @@ class JobSpec:
     after: tuple[int, ...] = ()
     # What a parent that ends dead or cancelled does to this job: "cancel" it, or let it "run".
     on_parent_failure: str = "cancel"
+    # Context stored with the job, beside its payload: a dict, which enqueue middleware add to.
+    meta: dict[str, Any] | None = None
 
     def encoded_payload(self, limit: int | None = None) -> str:
         """The payload as compact JSON, or BadInput if it is not JSON or is over the limit."""
         return encoded_json({} if self.payload is None else self.payload, f"payload of a {self.kind!r} job", limit)
+
+    def encoded_meta(self) -> str | None:
+        """The meta as compact JSON (None for none, or an empty one), or BadInput if it is not JSON or
+        is over MAX_META_BYTES."""
+        if not self.meta:
+            return None
+        return encoded_json(
+            self.meta,
+            f"meta of a {self.kind!r} job",
+            MAX_META_BYTES,
+            hint="meta is for context such as ids; data goes in the payload",
+        )
 
     def validate(self) -> None:
         if not isinstance(self.kind, str) or not self.kind.strip():
@@ -138,6 +158,8 @@ class JobSpec:
             check_key(self.key, self.kind)
         if self.after or self.on_parent_failure != "cancel":
             check_dependencies(self)
+        if self.meta is not None and not isinstance(self.meta, dict):
+            raise BadInput(f"meta of a {self.kind!r} job must be a dict, not {_type_name(self.meta)}")
 
 
 PARENT_FAILURE_POLICIES = ("cancel", "run")
@@ -203,6 +225,7 @@ class EnqueueOptions(TypedDict, total=False):
     key: str | None
     after: Sequence[int]
     on_parent_failure: str
+    meta: dict[str, Any] | None
 
 
 OPTIONS = tuple(EnqueueOptions.__annotations__)
@@ -220,7 +243,7 @@ def _refuse_unknown(names: Mapping[str, Any], known: tuple[str, ...], what: str)
     ...
     jobsup.errors.BadInput: enqueue has no option 'priorty' (did you mean 'priority'?);
     its options: queue, priority, delay, run_at, max_attempts, unique_key, key, after,
-    on_parent_failure
+    on_parent_failure, meta
     """
     for name in names:
         if name not in known:
@@ -258,9 +281,16 @@ def make_spec(
     return spec
 
 
-def encoded_json(value: Any, what: str, limit: int | None = None, error: type[Exception] = BadInput) -> str:
+def encoded_json(
+    value: Any,
+    what: str,
+    limit: int | None = None,
+    error: type[Exception] = BadInput,
+    hint: str = "JOBSUP_MAX_PAYLOAD",
+) -> str:
     """`value` as compact JSON that jsonb can store, or `error` naming `what` (a job's payload, its
-    return value) and why: not JSON, a NUL character, or over `limit` bytes (JOBSUP_MAX_PAYLOAD).
+    return value) and why: not JSON, a NUL character, or over `limit` bytes (`hint`: what sets the
+    limit, or what to do instead).
 
     >>> encoded_json({"a": [1, None]}, "payload")
     '{"a":[1,null]}'
@@ -281,5 +311,5 @@ def encoded_json(value: Any, what: str, limit: int | None = None, error: type[Ex
             raise error(f"{what} holds a NUL character (\\u0000), which PostgreSQL cannot store in jsonb")
     if len(text) > limit:  # json.dumps escapes non-ASCII, so characters are bytes
         too_large = PayloadTooLarge if error is BadInput else error
-        raise too_large(f"{what} is {len(text)} bytes, over the limit of {limit} (JOBSUP_MAX_PAYLOAD)")
+        raise too_large(f"{what} is {len(text)} bytes, over the limit of {limit} ({hint})")
     return text

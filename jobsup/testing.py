@@ -347,16 +347,22 @@ class _Processes:
         # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
         # Job carries the text here, as it does in the supervisor (Job.errors is typed as the handler sees it).
         errors = json.dumps(job.errors) if job.errors else None
-        as_text = job._replace(payload=json.dumps(job.payload), errors=errors)  # type: ignore[arg-type]
+        meta = json.dumps(job.meta) if job.meta else None
+        as_text = job._replace(payload=json.dumps(job.payload), errors=errors, meta=meta)  # type: ignore[arg-type]
         send(self.inbox.fileno(), ("jobs", [job_fields(as_text)]))
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):
-            return Answer(*message[1:])
+            return Answer(*message[1:7])  # a traced run's answer carries its trace after them
         process = self.process
         assert process is not None, "the worker process is closed"
         if message == "timeout":
             cause = f"timed out after {limit:g}s"
+            # As the keeper does: the reason first, for the run middleware of the attempt it stops.
+            try:
+                send(self.inbox.fileno(), ("interrupt", "timed_out", cause))
+            except OSError:
+                pass
             process.terminate()
             process.join(KILL_GRACE)
             if process.is_alive():

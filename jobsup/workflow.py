@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import psycopg
 from psycopg.pq import TransactionStatus
 
+from jobsup import middleware
 from jobsup.db.sql import Op, arun, run
 from jobsup.errors import BadInput
 from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, make_spec, max_payload_bytes
@@ -197,6 +198,11 @@ class Workflow:
         if not self.refs:
             raise BadInput("a workflow needs at least one job")
         self._refuse_cycle()
+        # The enqueue middleware of the process and the app, once per job, as any enqueue runs them; the
+        # one-job workflow of `enqueue(..., after=)` has its job's meta from that enqueue already.
+        specs = [ref.spec for ref in self.refs]
+        if not self._standalone:
+            specs = middleware.stamp_all(specs, self.app)
         existing = sorted({n for p, c, _ in self.edges for n in (p, c) if isinstance(n, int)})
         if self.extends is not None:
             existing = sorted({*existing, self.extends})
@@ -225,7 +231,6 @@ class Workflow:
                 parents_left[child.index] += 1
             if isinstance(parent, Ref):
                 has_children[parent.index] = True
-        specs = [ref.spec for ref in self.refs]
         limit = max_payload_bytes()
         create = self.extends is None and not self._standalone
         rows = yield Op(
@@ -244,6 +249,7 @@ class Workflow:
                 "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
                 "parents_left": parents_left,
                 "has_children": has_children,
+                "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
             },
             lambda rows: sorted(rows),
         )
@@ -357,6 +363,7 @@ def _options(spec: JobSpec) -> dict[str, Any]:
         "run_at": spec.run_at,
         "max_attempts": spec.max_attempts,
         "key": spec.key,
+        "meta": spec.meta,
     }
 
 

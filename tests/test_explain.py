@@ -342,6 +342,23 @@ def test_the_command_prints_json(dsn, conn, capsys):
     assert answer["details"]["holders"] == [held] and answer["details"]["queue"] == "default"
 
 
+def test_the_command_shows_what_middleware_stored_with_the_job_and_its_trace(dsn, conn, capsys):
+    parent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    job_id = jobsup.enqueue(conn, "email", meta={"tenant": "acme", "traceparent": parent})
+    plain = jobsup.enqueue(conn, "email")
+    assert main(["explain", str(job_id), "--dsn", dsn]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-2:] == [
+        f'  meta: {{"tenant":"acme","traceparent":"{parent}"}}',
+        "  trace: 4bf92f3577b34da6a3ce929d0e0e4736",
+    ]
+    assert main(["explain", str(job_id), "--json", "--dsn", dsn]) == 0
+    details = json.loads(capsys.readouterr().out)["details"]
+    assert details["meta"]["tenant"] == "acme" and details["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert main(["explain", str(plain), "--dsn", dsn]) == 0
+    assert "meta" not in capsys.readouterr().out
+
+
 def test_the_command_refuses_an_unknown_id(dsn, capsys):
     assert main(["explain", "424242", "--dsn", dsn]) == 2
     assert capsys.readouterr().err == "jobsup: error: no job with id 424242\n"

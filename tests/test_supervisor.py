@@ -422,9 +422,9 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     try:
         assert reader.read_one()[0] == "ready"
         jobs = [
-            (1, "sleep", '{"seconds": 0.3}', "default", 1, 3, 0, 0, None, None),
-            (2, "ok", None, "default", 1, 3, 0, 0, None, None),
-            (3, "raise", None, "default", 1, 3, 0, 0, None, None),
+            (1, "sleep", '{"seconds": 0.3}', "default", 1, 3, 0, 0, None, None, None),
+            (2, "ok", None, "default", 1, 3, 0, 0, None, None, None),
+            (3, "raise", None, "default", 1, 3, 0, 0, None, None, None),
         ]  # fields as job_fields() gives them
         send(inbox.fileno(), ("jobs", jobs))
         answers = [reader.read_one() for _ in jobs]

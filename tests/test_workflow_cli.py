@@ -322,7 +322,7 @@ def test_cancel_workflow_refusals(conn, dsn):
         dsn,
         [
             (["cancel", "--workflow", "999999"], "no workflow 999999; nothing was changed"),
-            (["cancel", "--workflow", "abc"], "argument --workflow: a workflow id is a whole number from 1 up, not 'abc'"),
+            (["cancel", "--workflow", "abc"], "a workflow id is a whole number from 1 up, not 'abc'"),
             (["cancel", "--workflow", str(workflow_id), "--kind", "x"], "cancel needs one of --id N ..., --kind K or"),
             (
                 ["cancel", "--workflow", str(workflow_id), "--queue", "q"],

@@ -31,7 +31,6 @@ LEASE = ["--lease", "2s"]
 POOLED = {"JOBSUP_POOLER": "transaction"}
 
 
-
 @pytest.fixture
 def runs(conn: psycopg.Connection, dsn: str, monkeypatch: pytest.MonkeyPatch) -> psycopg.Connection:
     """The flow_runs table; JOBSUP_DSN for the handlers a drain runs in this process."""

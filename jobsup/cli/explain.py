@@ -41,4 +41,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"job {answer.id} ({answer.kind}, {answer.status}): {first}")
         for line in rest:
             print(f"  {line}")
+        details = answer.details
+        if details.get("meta"):
+            print(f"  meta: {json.dumps(details['meta'], separators=(',', ':'), ensure_ascii=False)}")
+        if details.get("trace_id"):
+            print(f"  trace: {details['trace_id']}")
     return EXIT_OK

@@ -19,6 +19,7 @@ from textual.widgets import Button, Footer, Static
 
 from jobsup.monitor import figures as fig
 from jobsup.monitor.panels import View, status_style
+from jobsup.otel import trace_fields
 from jobsup.workflow import Child, Parent
 
 # A job's parents and children listed one by one on its screen, each; the rest are counted by status.
@@ -88,6 +89,9 @@ def job_details(
     # The key (the per-key dimension of its kind's limits) is shown when the job has one: most have none.
     key = [("key", job["key"])] if job.get("key") is not None else []
     workflow = [("workflow", str(job["workflow_id"]))] if job.get("workflow_id") is not None else []
+    trace = trace_fields(job.get("meta")).get("trace_id")
+    if trace:
+        workflow.append(("trace", trace))
     if job["status"] == "waiting":
         workflow.append(("parents left", f"{job.get('parents_left', '?')} of {len(family[0])}"))
     for label, value in (
@@ -120,6 +124,8 @@ def job_details(
         Text("payload", style="bold underline"),
         Text(json.dumps(job["payload"], indent=2, ensure_ascii=False)),
     ]
+    if job.get("meta"):  # what enqueue middleware stored with it
+        parts += [Text(""), Text("meta", style="bold underline"), Text(json.dumps(job["meta"], indent=2))]
     if job["last_error"]:
         parts += [Text(""), Text("last error", style="bold underline"), Text(job["last_error"])]
     errors = job["errors"] or []

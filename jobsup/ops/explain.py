@@ -24,6 +24,7 @@ from jobsup.durations import format_age
 from jobsup.errors import BadInput
 from jobsup.limits import Rate
 from jobsup.ops.unserved import STALE_AFTER
+from jobsup.otel import trace_fields
 
 # Holders of a limit named in the text; `details` has as many.
 SHOWN_HOLDERS = 10
@@ -145,6 +146,10 @@ def _common(job: Row) -> dict[str, Any]:
         "run_at": _iso(job["run_at"]),
         "key": job["key"],
         "limited": job["limited"],
+        "workflow_id": job["workflow_id"],
+        # What enqueue middleware stored with the job, and the trace it was enqueued in (tracing).
+        "meta": job["meta"],
+        **trace_fields(job["meta"]),
     }
 
 

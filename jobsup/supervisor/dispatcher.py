@@ -26,6 +26,7 @@ from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import arun_together
 from jobsup.job import Job
 from jobsup.ops.latency import Recorder
+from jobsup.otel import trace_fields
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
@@ -160,6 +161,8 @@ class Dispatcher:
         self.prefetched: deque[Job] = deque()
         self.done_buffer: list[Job] = []
         self.return_values: dict[int, str] = {}  # job id -> JSON text, for done jobs that returned one
+        # job id -> (trace id, span id) of its traced attempt, until its outcome's log line is written
+        self.traces: dict[int, tuple[str, str]] = {}
         self.fail_buffer: list[Failure] = []
         self.release_buffer: list[tuple[Job, str | None]] = []
         self.snooze_buffer: list[Snoozed] = []  # control: Snooze
@@ -220,6 +223,8 @@ class Dispatcher:
         self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (answer.ran - self.duration)
         self._timed(job, answer.ran)
         record = lifecycle.record_of(job, answer)
+        if worker.trace is not None:
+            self.traces[job.id] = worker.trace
         if record is None:
             self.done_buffer.append(job)
             if answer.value is not None:
@@ -238,6 +243,7 @@ class Dispatcher:
                     attempt=job.attempts,
                     pid=worker.pid,
                     error=answer.error,
+                    **trace_fields(job.meta, worker.trace),
                 )
             self.fail_buffer.append(record)
         elif isinstance(record, Snoozed):
@@ -249,11 +255,18 @@ class Dispatcher:
                 attempt=job.attempts,
                 pid=worker.pid,
                 delay=f"{record.delay:g}s",
+                **trace_fields(job.meta, worker.trace),
             )
             self.snooze_buffer.append(record)
         else:  # a Discard
             self.log(
-                "job.discarded", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, error=answer.error
+                "job.discarded",
+                job=job.id,
+                kind=job.kind,
+                attempt=job.attempts,
+                pid=worker.pid,
+                error=answer.error,
+                **trace_fields(job.meta, worker.trace),
             )
             self.cancel_buffer.append(record)
         self.flush_wakeup.set()
@@ -330,7 +343,15 @@ class Dispatcher:
                 continue
             for worker in self.keeper.all_processes():
                 if worker.job is not None and worker.job.id == job_id:
-                    self.log("job.cancelling", job=job.id, kind=job.kind, attempt=job.attempts, pid=worker.pid, by=by)
+                    self.log(
+                        "job.cancelling",
+                        job=job.id,
+                        kind=job.kind,
+                        attempt=job.attempts,
+                        pid=worker.pid,
+                        by=by,
+                        **trace_fields(job.meta),
+                    )
                     if worker.stop_reason is None:  # one being stopped already (a timeout) is let be
                         self.keeper.interrupt(worker, f"cancelled by {by}")
                     break
@@ -848,6 +869,7 @@ class Dispatcher:
                     kind=job.kind,
                     attempt=job.attempts,
                     error=failure.error,
+                    **trace_fields(job.meta, self.traces.get(job.id)),
                 )
             elif outcome is not None and outcome.run_at is not None:
                 self.note_run_at(outcome.run_at.timestamp())
@@ -864,7 +886,13 @@ class Dispatcher:
             for job, reason in chunk:
                 if reason is not None:
                     self.log(
-                        "job.interrupted", "warning", job=job.id, kind=job.kind, attempt=job.attempts, reason=reason
+                        "job.interrupted",
+                        "warning",
+                        job=job.id,
+                        kind=job.kind,
+                        attempt=job.attempts,
+                        reason=reason,
+                        **trace_fields(job.meta),
                     )
             self._forget([j for j, _ in chunk], written, "released")
 
@@ -889,7 +917,14 @@ class Dispatcher:
             for cancel in chunk:
                 job = self.held.get(cancel.id)
                 if cancel.id in written and job is not None and cancel.reason is None:
-                    self.log("job.cancelled", job=job.id, kind=job.kind, attempt=job.attempts, by=cancel.by)
+                    self.log(
+                        "job.cancelled",
+                        job=job.id,
+                        kind=job.kind,
+                        attempt=job.attempts,
+                        by=cancel.by,
+                        **trace_fields(job.meta, self.traces.get(job.id)),
+                    )
             self._forget([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
 
     async def _write(self, op, deadline: float | None):
@@ -926,6 +961,8 @@ class Dispatcher:
         lost = [j.id for j in jobs if j.id not in kept]
         for job in jobs:
             self.held.pop(job.id, None)
+            if self.traces:
+                self.traces.pop(job.id, None)
             if self.cancelling:
                 self.cancelling.pop(job.id, None)
             if self.limited_held and job.id in self.limited_held:

@@ -18,6 +18,7 @@ from typing import Any
 import psutil
 
 from jobsup.job import Job
+from jobsup.otel import trace_fields
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.log import EventLog
@@ -57,6 +58,24 @@ def exit_cause(exitcode: int | None) -> str:
     return f"worker exited with code {exitcode}"
 
 
+def stop_status(reason: str) -> str:
+    """What a worker's run middleware are told of an attempt the keeper stops for `reason` (a
+    jobsup.middleware.RunOutcome status).
+
+    >>> stop_status("timed out after 30s"), stop_status("cancelled by alice"), stop_status("interrupted: x")
+    ('timed_out', 'cancelled', 'interrupted')
+    >>> stop_status("worker killed: rss 900 MB over twice --max-memory 400 MB")
+    'failed'
+    """
+    if reason.startswith("timed out"):
+        return "timed_out"
+    if reason.startswith("cancelled"):
+        return "cancelled"
+    if reason.startswith(INTERRUPTED):
+        return "interrupted"
+    return "failed"
+
+
 @dataclass(eq=False)
 class Worker:
     slot: int
@@ -77,6 +96,9 @@ class Worker:
     rss: int = 0
     cpu: float = 0.0
     over_memory: bool = False
+    # The trace and span of the attempt it answered last, when its run was traced (jobsup.otel): the
+    # dispatcher's log lines about that answer carry them.
+    trace: tuple[str, str] | None = None
 
     @property
     def pid(self) -> int | None:
@@ -222,7 +244,9 @@ class Keeper:
     def _message(self, worker: Worker, message: tuple) -> None:
         tag = message[0]
         if tag == "answer":
-            answer = Answer(*message[1:])
+            # A traced run's answer carries the trace and span of the attempt after the Answer's fields.
+            answer = Answer(*message[1:7])
+            worker.trace = message[7] if len(message) > 7 else None
             job = worker.job
             if job is None or job.id != answer.id:
                 return  # an answer for a job we already counted as lost
@@ -303,6 +327,7 @@ class Keeper:
                 pid=worker.pid,
                 slot=worker.slot,
                 cause=cause,
+                **trace_fields(job.meta),
             )
             slot.last_exit = cause
             self.on_lost(worker, job, cause, jobs[1:])
@@ -385,6 +410,7 @@ class Keeper:
                         attempt=worker.job.attempts,
                         pid=worker.pid,
                         limit=f"{limit:g}s",
+                        **trace_fields(worker.job.meta),
                     )
                     self.interrupt(worker, f"timed out after {limit:g}s")
 
@@ -392,6 +418,11 @@ class Keeper:
         """Terminate a worker, then kill it after the grace period; `reason` becomes its exit cause."""
         worker.stop_reason = reason
         worker.state = "stopping" if worker.job is None else worker.state
+        # Told first, so a worker with run middleware can tell them why its attempt ends (worker.py).
+        try:
+            send(worker.inbox.fileno(), ("interrupt", stop_status(reason), reason))
+        except (OSError, ValueError):
+            pass
         self._signal(worker, signal.SIGTERM)
         worker.kill_at = self._now() + self.config.kill_grace
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import select
 import struct
 from typing import Any
 
@@ -49,6 +50,14 @@ class Reader:
             if not data:
                 return None
             self.buffer += data
+
+    def read_ready(self) -> list[tuple[Any, ...]]:
+        """The whole messages here now, without waiting: a worker's SIGTERM handler reads the reason its
+        keeper sent before the signal (at most one read, as a blocking read there would hang it)."""
+        if select.select([self.fd], [], [], 0)[0]:
+            data = os.read(self.fd, _READ_SIZE)
+            self.buffer += data
+        return self._messages()
 
     def _messages(self, limit: int | None = None) -> list[tuple[Any, ...]]:
         messages: list[tuple[Any, ...]] = []

@@ -24,8 +24,10 @@ import time
 import traceback
 from multiprocessing.connection import Connection
 
+from jobsup import middleware
 from jobsup.errors import NoHandler, ReturnValueError
 from jobsup.job import encoded_json
+from jobsup.middleware import RunOutcome
 from jobsup.outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
 
 # How often a worker checks that its supervisor is still there, besides the parent-death signal.
@@ -103,8 +105,9 @@ def _load(app_target: str, django_settings: str):  # -> App
 
 
 class Runner:
-    """Runs jobs of an app's handlers and says how each ended (an Answer, its run time left to the
-    caller). The worker uses it, and so does jobsup.testing.drain to run jobs in the test's own process."""
+    """Runs jobs of an app's handlers, inside its run middleware, and says how each ended (an Answer,
+    its run time left to the caller). The worker uses it, and so does jobsup.testing.drain to run jobs
+    in the test's own process."""
 
     def __init__(self, app) -> None:  # app: jobsup.App
         self.app = app
@@ -113,6 +116,11 @@ class Runner:
             kind: MAX_SNOOZES if h.max_snoozes is None else h.max_snoozes for kind, h in app.handlers.items()
         }
         self._loop: asyncio.AbstractEventLoop | None = None
+        # The process's (tracing) and the app's, outermost first. Empty for most apps: run() then takes
+        # the path it took before middleware existed.
+        self.middleware = middleware.run_chain(app)
+        self.attempt: middleware.Attempt | None = None  # the one running now, for stop()
+        self.trace: tuple[str, str] | None = None  # (trace id, span id) of the last run, if traced
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:  # one loop for every async handler this runner runs
@@ -120,32 +128,111 @@ class Runner:
         return self._loop
 
     def run(self, job) -> Answer:  # job: jobsup.Job
-        kind = job.kind
+        if self.middleware:
+            return self._run_wrapped(job)
         try:
-            if kind in self.handlers:
-                func, is_async = self.handlers[kind]
-            else:  # an app that finds kinds by name (Django's) imports it now, once per worker
-                handler = self.app.get(kind)
-                func, is_async = self.handlers[kind] = (handler.func, handler.is_async)
-            value = self._async_loop().run_until_complete(func(job)) if is_async else func(job)
+            value = self._call(job)
             if value is not None:
-                value = encoded_json(value, f"return value of a {kind!r} job", error=ReturnValueError)
-        except NoHandler as exc:
+                value = _encoded(job, value)
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
+            return self._failed(job, exc)
+        return Answer(job.id, value=value)
+
+    def _call(self, job):  # -> what the handler returned
+        kind = job.kind
+        if kind in self.handlers:
+            func, is_async = self.handlers[kind]
+        else:  # an app that finds kinds by name (Django's) imports it now, once per worker
+            handler = self.app.get(kind)
+            func, is_async = self.handlers[kind] = (handler.func, handler.is_async)
+        return self._async_loop().run_until_complete(func(job)) if is_async else func(job)
+
+    def _failed(self, job, exc: BaseException) -> Answer:
+        """The Answer of an attempt that raised `exc` (the handler, or a middleware as if it were it)."""
+        if isinstance(exc, NoHandler):
             return Answer(job.id, str(exc))
-        except Snooze as exc:
-            most = self.max_snoozes.get(kind, MAX_SNOOZES)
+        if isinstance(exc, Snooze):
+            most = self.max_snoozes.get(job.kind, MAX_SNOOZES)
             if job.snoozes >= most:  # a cap, so a job cannot snooze for ever unnoticed
                 return Answer(
-                    job.id, f"Snooze: snoozed {job.snoozes} times, the most a {kind!r} job may (max_snoozes={most})"
+                    job.id,
+                    f"Snooze: snoozed {job.snoozes} times, the most a {job.kind!r} job may (max_snoozes={most})",
                 )
             return Answer(job.id, f"Snooze: {exc}", verb=("snooze", exc.seconds))
-        except RetryAfter as exc:
-            return Answer(job.id, _describe(exc), traceback.format_exc(limit=30), verb=("retry", exc.seconds))
-        except Discard as exc:
+        if isinstance(exc, RetryAfter):
+            return Answer(job.id, _describe(exc), _traceback(exc), verb=("retry", exc.seconds))
+        if isinstance(exc, Discard):
             return Answer(job.id, _describe(exc), verb=("discard",))
-        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: one failed attempt
-            return Answer(job.id, _describe(exc), traceback.format_exc(limit=30))
-        return Answer(job.id, value=value)
+        return Answer(job.id, _describe(exc), _traceback(exc))
+
+    # --- with run middleware (jobsup.middleware) ---------------------------------------------------
+
+    def _run_wrapped(self, job) -> Answer:
+        attempt = self.attempt = middleware.Attempt(self.middleware, job)
+        try:
+            failure = attempt.enter()
+            if failure is None:
+                answer, outcome = self._handled(job)
+            else:
+                answer, outcome = self._middleware_failed(job, *failure, None)
+            while attempt.started:
+                failure = attempt.leave_one(outcome)
+                if failure is not None:
+                    answer, outcome = self._middleware_failed(job, *failure, answer)
+        finally:
+            self.attempt = None
+            attempt.close()
+        self.trace = attempt.trace
+        return answer
+
+    def _handled(self, job) -> tuple[Answer, RunOutcome]:
+        try:
+            value = self._call(job)
+            text = None if value is None else _encoded(job, value)
+        except BaseException as exc:
+            answer = self._failed(job, exc)
+            return answer, _outcome_of(answer, exc)
+        return Answer(job.id, value=text), RunOutcome("done", value=value)
+
+    def _middleware_failed(
+        self, job, name: str, exc: BaseException, before: Answer | None
+    ) -> tuple[Answer, RunOutcome]:
+        """What middleware `name` raising `exc` makes of the attempt, which had come to `before` (None:
+        the handler has not run)."""
+        if isinstance(exc, (Snooze, RetryAfter, Discard)):  # as if the handler had raised it
+            answer = self._failed(job, exc)
+            return answer, _outcome_of(answer, exc)
+        error = f"middleware {name}: {_describe(exc)}"
+        if before is not None and before.error is not None and before.verb is None:
+            # The attempt had failed already: that stays its error, and this one is told after it.
+            told = f"{before.traceback or before.error}\nThen {error}\n{_traceback(exc)}"
+            return before._replace(traceback=told), RunOutcome("failed", error=exc)
+        return Answer(job.id, error, _traceback(exc)), RunOutcome("failed", error=exc)
+
+    def stop(self, status: str, reason: str) -> None:
+        """The worker is being stopped while it runs an attempt (a timeout, a cancel, a shutdown): its
+        run middleware are left with how it ends. What they raise now is no one's to see."""
+        attempt = self.attempt
+        if attempt is None:
+            return
+        outcome = RunOutcome(status, error=middleware.AttemptStopped(reason))
+        while attempt.started:
+            attempt.leave_one(outcome)
+
+
+def _encoded(job, value) -> str:
+    return encoded_json(value, f"return value of a {job.kind!r} job", error=ReturnValueError)
+
+
+def _outcome_of(answer: Answer, exc: BaseException) -> RunOutcome:
+    """The RunOutcome of an attempt that raised `exc` and came to `answer` (a snooze past max_snoozes is
+    a failure)."""
+    verb = answer.verb[0] if answer.verb else None
+    return RunOutcome({"snooze": "snoozed", "discard": "discarded"}.get(verb or "", "failed"), error=exc)
+
+
+def _traceback(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc, limit=30))
 
 
 def job_fields(job) -> tuple:
@@ -162,6 +249,7 @@ def job_fields(job) -> tuple:
         job.snoozes,
         job.errors,
         job.key,
+        job.meta,
     )
 
 
@@ -200,6 +288,12 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         ),
     )
 
+    if runner.middleware:
+        # Stopped while it runs an attempt, the worker leaves the attempt's run middleware first (a span
+        # ends saying it timed out) instead of vanishing in the middle of them; then it ends by the
+        # signal as before. Without middleware it dies at once, as it always has.
+        signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(runner, reader))
+
     while True:
         try:
             message = reader.read_one()
@@ -207,9 +301,11 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
             message = None
         if message is None or message[0] == "stop":  # None: the supervisor is gone
             return
+        if message[0] == "interrupt":  # the reason of a SIGTERM for a job it finished meanwhile
+            continue
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
-        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key in message[1]:
+        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key, meta in message[1]:
             job = Job(
                 id=job_id,
                 kind=kind,
@@ -221,7 +317,27 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                 snoozes=snoozes,
                 errors=json.loads(errors) if errors else [],
                 key=key,
+                # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
+                meta=json.loads(meta) if type(meta) is str else meta,
             )
             started = time.perf_counter()
             answer = runner.run(job)
-            send(fd, ("answer", *answer[:-1], time.perf_counter() - started))
+            ran = time.perf_counter() - started
+            if runner.trace is None:
+                send(fd, ("answer", *answer[:-1], ran))
+            else:  # the attempt's trace and span, for the supervisor's log lines about it
+                send(fd, ("answer", *answer[:-1], ran, runner.trace))
+
+
+def _stopped(runner: Runner, reader) -> None:  # reader: jobsup.supervisor.wire.Reader
+    """SIGTERM: finish the running attempt's middleware with the reason the keeper sent just before the
+    signal (("interrupt", status, reason); none for a SIGTERM from elsewhere), then end by the signal."""
+    status, reason = "failed", "the worker received SIGTERM"
+    try:
+        for message in reader.read_ready():
+            if message[0] == "interrupt":
+                _, status, reason = message
+        runner.stop(status, reason)
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)

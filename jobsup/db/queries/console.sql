@@ -57,7 +57,7 @@ ORDER BY id
 -- name: job
 SELECT id, kind, queue, payload, status, priority, attempts, max_attempts, run_at, created_at,
        started_at, locked_until, locked_by, done_at, last_error, errors, unique_key, key, limited,
-       workflow_id, parents_left
+       workflow_id, parents_left, meta
 FROM jobsup.jobs WHERE id = %(id)s
 
 -- name: console_reaper_passes

@@ -12,6 +12,7 @@ WITH live AS (
 )
 SELECT j.id, j.kind, j.queue, j.status, j.attempts, j.max_attempts, j.snoozes, j.run_at, j.started_at,
        j.done_at, j.locked_by, j.locked_until, j.last_error, j.cancelled_by, j.key, j.limited, now() AS now,
+       j.meta, j.workflow_id,
        -- A handler's Snooze is the last entry of the history: its run_at is no retry after a failure.
        coalesce(j.errors -> -1 ? 'snooze', false) AS snoozed, j.errors -> -1 ->> 'error' AS snooze_reason,
        p.paused_at, p.paused_by,

@@ -92,14 +92,17 @@ WHERE j.id = picked.id
 -- The columns of jobsup.job.Job, in its order. errors is NULL for a job with no history (most of them),
 -- so the client decodes no JSON for it.
 RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priority, j.run_at, j.created_at,
-          j.snoozes, nullif(j.errors, '[]'::jsonb), j.started_at, j.key
+          j.snoozes, nullif(j.errors, '[]'::jsonb), j.started_at, j.key, j.meta
 
 -- name: claim_limited
 -- Up to `limit` jobs of the limited `kinds` (sorted: claims lock the kinds' rows in one order), each
 -- row a Job's columns and wake_at; a row without an id carries only wake_at, when a rate lets the next
--- start happen. The function is in migration 0008.
-SELECT * FROM jobsup.claim_limited(%(kinds)s::text[], %(queues)s::text[], %(limit)s, %(locked_by)s,
-                                   %(lease)s::float8)
+-- start happen. The function is in migration 0008; each job's meta (which it does not return) is read
+-- by jobsup.job_meta after it, with a snapshot that sees jobs committed while it waited (migration 0010).
+SELECT c.id, c.kind, c.payload, c.queue, c.attempts, c.max_attempts, c.priority, c.run_at, c.created_at,
+       c.snoozes, c.errors, c.started_at, c.key, jobsup.job_meta(c.id), c.wake_at
+FROM jobsup.claim_limited(%(kinds)s::text[], %(queues)s::text[], %(limit)s, %(locked_by)s,
+                          %(lease)s::float8) c
 
 -- name: claim_without_flush_wait
 -- Behind a transaction pooler, the claims connection's session setting (synchronous_commit=off, see

@@ -16,14 +16,14 @@ WITH w AS (
     INSERT INTO jobsup.workflows (name) SELECT %(name)s::text WHERE %(create)s::boolean RETURNING id
 )
 INSERT INTO jobsup.jobs (queue, kind, payload, priority, run_at, max_attempts, key, workflow_id, status,
-                         parents_left, has_children)
+                         parents_left, has_children, meta)
 SELECT q, k, p::jsonb, pr, coalesce(r, now()) + make_interval(secs => d), m, ky,
        coalesce((SELECT id FROM w), %(workflow_id)s::bigint),
-       CASE WHEN pl > 0 THEN 'waiting' ELSE 'queued' END, pl, hc
+       CASE WHEN pl > 0 THEN 'waiting' ELSE 'queued' END, pl, hc, mt::jsonb
 FROM unnest(%(queues)b::text[], %(kinds)b::text[], %(payloads)b::text[], %(priorities)b::int[],
             %(run_ats)b::timestamptz[], %(delays)b::float8[], %(max_attempts)b::int[], %(keys)b::text[],
-            %(parents_left)b::int[], %(has_children)b::boolean[])
-     WITH ORDINALITY AS t(q, k, p, pr, r, d, m, ky, pl, hc, n)
+            %(parents_left)b::int[], %(has_children)b::boolean[], %(metas)b::text[])
+     WITH ORDINALITY AS t(q, k, p, pr, r, d, m, ky, pl, hc, mt, n)
 ORDER BY n
 RETURNING id, workflow_id
 
