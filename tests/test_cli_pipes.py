@@ -50,6 +50,8 @@ def invocations(dsn: str, data_dir: Path | None, ids: list[int]) -> list[tuple[s
         ("limit", ["limit", *db]),
         ("limit", ["limit", "--json", *db]),
         ("explain", ["explain", str(ids[0]), *db]),
+        ("workflow", ["workflow", *db]),
+        ("workflow", ["workflow", "--json", *db]),
         ("explain", ["explain", str(ids[0]), "--json", *db]),
         # these run until stopped (or, bench, for a while): their help is what prints at once
         ("start", ["start", "--help"]),

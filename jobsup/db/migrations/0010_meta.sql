@@ -12,13 +12,33 @@
 -- handler's arguments stay its own and a middleware cannot collide with them.
 ALTER TABLE jobsup.jobs ADD COLUMN IF NOT EXISTS meta jsonb;
 
--- The meta of a job that claim_limited (migration 0008) has just claimed, for the claim_limited
--- statement, which returns it beside that function's columns. A join in that statement would read
--- jobsup.jobs with the statement's snapshot, taken before the function waits for its kinds' locks: a
--- job committed during that wait is claimed by the function, whose statements each take a snapshot of
--- their own, but is not in the statement's, and its meta would come back NULL. A volatile function
--- reads with a snapshot of its own, taken when it is called, after the claim. STRICT: the row that
--- carries only wake_at has no id, and costs no call.
-CREATE FUNCTION jobsup.job_meta(p_id bigint) RETURNS jsonb LANGUAGE sql VOLATILE STRICT AS $$
-    SELECT meta FROM jobsup.jobs WHERE id = p_id
+-- claim_limited (migration 0008) with each claimed job's meta, for the claim_limited statement. The
+-- meta is read after that function has returned, by a statement of its own: a join in the same statement
+-- would read jobsup.jobs with that statement's snapshot, taken before the function waits for its kinds'
+-- locks, and a job committed during that wait (which the function's own statements see, and claim) would
+-- come back without its meta. (A volatile function called per row by the statement itself gave the meta,
+-- but cost the rates their schedule: measured, a rate of 100/s let claims 4 to 5 ms ahead of it.)
+CREATE FUNCTION jobsup.claim_limited_with_meta(p_kinds text[], p_queues text[], p_want integer,
+                                               p_locked_by text, p_lease float8)
+RETURNS TABLE (id bigint, kind text, payload jsonb, queue text, attempts integer, max_attempts integer,
+               priority integer, run_at timestamptz, created_at timestamptz, snoozes integer,
+               errors jsonb, started_at timestamptz, key text, meta jsonb, wake_at timestamptz)
+LANGUAGE plpgsql AS $$
+#variable_conflict use_column
+DECLARE
+    claimed record;
+BEGIN
+    FOR claimed IN SELECT * FROM jobsup.claim_limited(p_kinds, p_queues, p_want, p_locked_by, p_lease) LOOP
+        id := claimed.id; kind := claimed.kind; payload := claimed.payload; queue := claimed.queue;
+        attempts := claimed.attempts; max_attempts := claimed.max_attempts; priority := claimed.priority;
+        run_at := claimed.run_at; created_at := claimed.created_at; snoozes := claimed.snoozes;
+        errors := claimed.errors; started_at := claimed.started_at; key := claimed.key;
+        wake_at := claimed.wake_at;
+        meta := NULL;
+        IF claimed.id IS NOT NULL THEN
+            SELECT j.meta INTO meta FROM jobsup.jobs j WHERE j.id = claimed.id;
+        END IF;
+        RETURN NEXT;
+    END LOOP;
+END
 $$;

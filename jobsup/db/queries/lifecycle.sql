@@ -97,12 +97,9 @@ RETURNING j.id, j.kind, j.payload, j.queue, j.attempts, j.max_attempts, j.priori
 -- name: claim_limited
 -- Up to `limit` jobs of the limited `kinds` (sorted: claims lock the kinds' rows in one order), each
 -- row a Job's columns and wake_at; a row without an id carries only wake_at, when a rate lets the next
--- start happen. The function is in migration 0008; each job's meta (which it does not return) is read
--- by jobsup.job_meta after it, with a snapshot that sees jobs committed while it waited (migration 0010).
-SELECT c.id, c.kind, c.payload, c.queue, c.attempts, c.max_attempts, c.priority, c.run_at, c.created_at,
-       c.snoozes, c.errors, c.started_at, c.key, jobsup.job_meta(c.id), c.wake_at
-FROM jobsup.claim_limited(%(kinds)s::text[], %(queues)s::text[], %(limit)s, %(locked_by)s,
-                          %(lease)s::float8) c
+-- start happen. The function is claim_limited of migration 0008, with each job's meta (migration 0010).
+SELECT * FROM jobsup.claim_limited_with_meta(%(kinds)s::text[], %(queues)s::text[], %(limit)s, %(locked_by)s,
+                                             %(lease)s::float8)
 
 -- name: claim_without_flush_wait
 -- Behind a transaction pooler, the claims connection's session setting (synchronous_commit=off, see
