@@ -40,9 +40,11 @@ def _enqueue_op(spec: JobSpec) -> Op:
     return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
 
 
-def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
+def columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """The arrays, one element per job, that a many-jobs insert unnests: enqueue_many's statements and
+    a workflow's (jobsup/workflow.py)."""
     limit = max_payload_bytes()  # once per batch, not once per job
-    params = {
+    return {
         "queues": [s.queue for s in specs],
         "kinds": [s.kind for s in specs],
         "payloads": [s.encoded_payload(limit) for s in specs],
@@ -54,6 +56,10 @@ def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
         "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
         "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
     }
+
+
+def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
+    params = columns(specs)
     if all(s.unique_key is None for s in specs):
         # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.
         return Op("enqueue_many_unkeyed", params, sorted_ids)

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from jobsup import middleware
+from jobsup import client, middleware
 from jobsup.db.sql import Op, arun, run
 from jobsup.errors import BadInput
-from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, make_spec, max_payload_bytes
+from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, make_spec
 
 if TYPE_CHECKING:
     from jobsup.app import App
@@ -231,7 +231,6 @@ class Workflow:
                 parents_left[child.index] += 1
             if isinstance(parent, Ref):
                 has_children[parent.index] = True
-        limit = max_payload_bytes()
         create = self.extends is None and not self._standalone
         rows = yield Op(
             "workflow_insert",
@@ -239,17 +238,9 @@ class Workflow:
                 "name": self.name,
                 "create": create,
                 "workflow_id": workflow_id,
-                "queues": [s.queue for s in specs],
-                "kinds": [s.kind for s in specs],
-                "payloads": [s.encoded_payload(limit) for s in specs],
-                "priorities": [s.priority for s in specs],
-                "run_ats": [s.run_at for s in specs],
-                "delays": [float(s.delay) for s in specs],
-                "max_attempts": [s.max_attempts for s in specs],
-                "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
+                **client.columns(specs),
                 "parents_left": parents_left,
                 "has_children": has_children,
-                "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
             },
             lambda rows: sorted(rows),
         )
