@@ -24,8 +24,11 @@ SET concurrency = %(concurrency)s, rate = %(rate)s, period = %(period)s, burst =
     key_burst = %(key_burst)s, set_by = %(set_by)s, set_at = CASE WHEN %(set_by)s::text IS NULL THEN NULL ELSE now() END,
     -- A rate's state outlives a change of it (a lower rate slows at once), but its next start is never
     -- further off than one interval of the new rate (a mistaken 1/d, corrected, must not hold the kind
-    -- for a day); a rate removed forgets it.
+    -- for a day); a rate removed forgets it. The same rate declared again (each supervisor declares its
+    -- app's as it starts) keeps its schedule: clamped, a start due later than one interval from now (a
+    -- claim that came late keeps the schedule) was brought forward, ahead of the rate.
     tat = CASE WHEN %(rate)s::int IS NULL OR tat IS NULL THEN NULL
+               WHEN rate = %(rate)s::int AND period = %(period)s::float8 AND burst = %(burst)s::int THEN tat
                ELSE least(tat, now() + make_interval(secs => %(period)s::float8 / %(rate)s::int)) END
 WHERE kind = %(kind)s
 
