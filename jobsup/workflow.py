@@ -24,7 +24,7 @@ import psycopg
 from psycopg.pq import TransactionStatus
 
 from jobsup import client, middleware
-from jobsup.db.sql import Op, arun, run
+from jobsup.db.sql import Op, arun, arun_steps, run, run_steps
 from jobsup.errors import BadInput
 from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, make_spec
 
@@ -170,24 +170,14 @@ class Workflow:
         steps = self._steps()
         _join(conn)
         with conn.transaction():
-            try:
-                op = next(steps)
-                while True:
-                    op = steps.send(run(conn, op))
-            except StopIteration as done:
-                return done.value
+            return run_steps(conn, steps)
 
     async def aenqueue(self, conn: psycopg.AsyncConnection[Any]) -> int | None:
         """The asyncio form of enqueue."""
         steps = self._steps()
         await _ajoin(conn)
         async with conn.transaction():
-            try:
-                op = next(steps)
-                while True:
-                    op = steps.send(await arun(conn, op))
-            except StopIteration as done:
-                return done.value
+            return await arun_steps(conn, steps)
 
     # What follows is shared by enqueue and aenqueue: the statements to run, each sent the rows of the one
     # before.

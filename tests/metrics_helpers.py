@@ -26,15 +26,37 @@ def get(port: int, path: str) -> tuple[int, str]:
         return 0, ""
 
 
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    """Every sample of /metrics by (name, sorted labels)."""
-    status, text = get(port, "/metrics")
-    assert status == 200, text
+def parsed(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of a /metrics text by (name, sorted labels), as Prometheus parses it."""
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
         for family in text_string_to_metric_families(text)
         for s in family.samples
     }
+
+
+def exported(dsn: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """What `jobsup metrics`' collector serves at a scrape, read in process."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from jobsup.ops.metrics import QueueCollector
+
+    registry = CollectorRegistry(auto_describe=False)
+    collector = QueueCollector(dsn)
+    registry.register(collector)
+    try:
+        text = generate_latest(registry).decode()
+    finally:
+        if collector.conn is not None:
+            collector.conn.close()
+    return parsed(text)
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Every sample of /metrics by (name, sorted labels)."""
+    status, text = get(port, "/metrics")
+    assert status == 200, text
+    return parsed(text)
 
 
 def samples(metrics: dict, name: str, **labels: str) -> float:

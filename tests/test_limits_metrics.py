@@ -7,17 +7,14 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import psycopg
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from jobsup import client
 from jobsup.db import lifecycle
 from jobsup.ops.limits import set_limits
-from jobsup.ops.metrics import QueueCollector
 from jobsup.ops.snapshot import THROTTLED_COUNTED, snapshot
 
 from .helpers import cli_env, jobsup
-from .metrics_helpers import samples
+from .metrics_helpers import exported, samples
 
 
 def limited_backlog(conn: psycopg.Connection) -> None:
@@ -32,26 +29,9 @@ def limited_backlog(conn: psycopg.Connection) -> None:
     assert sorted(j.kind for j in jobs) == ["charge", "charge", "export"]
 
 
-def scrape(dsn: str) -> dict:
-    """The exporter's samples, read in process through prometheus_client's own text format and parser."""
-    registry = CollectorRegistry(auto_describe=False)
-    collector = QueueCollector(dsn)
-    registry.register(collector)
-    try:
-        text = generate_latest(registry).decode()
-    finally:
-        if collector.conn is not None:
-            collector.conn.close()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
 def test_the_exporter_serves_held_limit_throttled_and_throttled_age_per_limited_kind(conn, dsn):
     limited_backlog(conn)
-    metrics = scrape(dsn)
+    metrics = exported(dsn)
     assert samples(metrics, "jobsup_limit_held_jobs", kind="charge") == 2
     assert samples(metrics, "jobsup_limit_concurrency", kind="charge") == 2
     assert samples(metrics, "jobsup_limit_throttled_jobs", kind="charge") == 4
@@ -67,7 +47,7 @@ def test_the_exporter_serves_held_limit_throttled_and_throttled_age_per_limited_
 
 def test_without_limits_the_exporter_has_no_limit_series(conn, dsn):
     client.enqueue(conn, "email", {})
-    assert not [k for k in scrape(dsn) if k[0].startswith("jobsup_limit_")]
+    assert not [k for k in exported(dsn) if k[0].startswith("jobsup_limit_")]
 
 
 def test_throttled_is_counted_up_to_its_bound(conn, dsn):
@@ -75,7 +55,7 @@ def test_throttled_is_counted_up_to_its_bound(conn, dsn):
     client.enqueue_many(conn, [{"kind": "charge", "key": f"k{i % 50}"} for i in range(THROTTLED_COUNTED + 5)])
     [charge] = snapshot(conn).limits
     assert charge.throttled == THROTTLED_COUNTED and charge.throttled_capped and charge.throttled_text == "10,000+"
-    assert samples(scrape(dsn), "jobsup_limit_throttled_jobs", kind="charge") == THROTTLED_COUNTED
+    assert samples(exported(dsn), "jobsup_limit_throttled_jobs", kind="charge") == THROTTLED_COUNTED
 
 
 def test_stats_has_a_limits_section(conn, dsn):

@@ -9,17 +9,14 @@ import json
 
 import psycopg
 import pytest
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.parser import text_string_to_metric_families
 
 from jobsup import client
-from jobsup.ops.metrics import QueueCollector
 from jobsup.ops.prune import Retention, aprune
 from jobsup.testing import drain
 
 from .apps.flows import RUNS_TABLE, app
 from .helpers import jobsup
-from .metrics_helpers import samples
+from .metrics_helpers import exported, samples
 
 
 @pytest.fixture
@@ -58,23 +55,6 @@ def sweep(conn: psycopg.Connection) -> None:
             await aconn.close()
 
     asyncio.run(go())
-
-
-def exported(dsn: str) -> dict:
-    """What the exporter serves at a scrape, parsed as Prometheus parses it."""
-    registry = CollectorRegistry(auto_describe=False)
-    collector = QueueCollector(dsn)
-    registry.register(collector)
-    try:
-        text = generate_latest(registry).decode()
-    finally:
-        if collector.conn is not None:
-            collector.conn.close()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_the_exporter_counts_waiting_jobs_and_the_workflows_by_status(runs, dsn):

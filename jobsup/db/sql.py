@@ -7,7 +7,7 @@ statement is ever assembled from input: callers pick one by name and pass parame
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any, TypeVar
@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import psycopg
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 _NAME = re.compile(r"^-- name: (\w+)\s*$", re.MULTILINE)
 # Comment lines after a statement's last line of SQL: the header of the next section, not this
@@ -85,6 +86,27 @@ async def arun_together(conn: psycopg.AsyncConnection[Any], *ops: Op) -> list[An
             await cursor.execute(STATEMENTS[op.name], op.params)
             cursors.append(cursor)
         return [op.parse(await cursor.fetchall()) for op, cursor in zip(ops, cursors, strict=True)]
+
+
+def run_steps(conn: psycopg.Connection[Any], steps: Generator[Op, Any, T]) -> T:
+    """Run the statements a generator yields, each sent the answer of the one before; its return value.
+    A sequence whose next statement depends on what the last one found (a workflow's enqueue, a
+    cancel) is written once for the sync and asyncio forms."""
+    try:
+        op = next(steps)
+        while True:
+            op = steps.send(run(conn, op))
+    except StopIteration as finished:
+        return finished.value
+
+
+async def arun_steps(conn: psycopg.AsyncConnection[Any], steps: Generator[Op, Any, T]) -> T:
+    try:
+        op = next(steps)
+        while True:
+            op = steps.send(await arun(conn, op))
+    except StopIteration as finished:
+        return finished.value
 
 
 def one_row(row: R | None, name: str) -> R:

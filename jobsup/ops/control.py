@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from jobsup.db.sql import STATEMENTS as SQL
-from jobsup.db.sql import Op, arun, run, sorted_ids
+from jobsup.db.sql import Op, arun, arun_steps, run, run_steps, sorted_ids
 from jobsup.errors import BadInput
 
 FINISHED = ("done", "dead", "cancelled")
@@ -149,12 +149,7 @@ def cancel(
     "run"). An unknown id or workflow is BadInput, with nothing changed."""
     steps = _cancel_steps(ids, kind, queue, workflow, by)
     with conn.transaction():
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(run(conn, op))
-        except StopIteration as finished:
-            return finished.value
+        return run_steps(conn, steps)
 
 
 async def acancel(
@@ -168,12 +163,7 @@ async def acancel(
 ) -> list[JobAction]:
     steps = _cancel_steps(ids, kind, queue, workflow, by)
     async with conn.transaction():
-        try:
-            op = next(steps)
-            while True:
-                op = steps.send(await arun(conn, op))
-        except StopIteration as finished:
-            return finished.value
+        return await arun_steps(conn, steps)
 
 
 def retry(conn: psycopg.Connection, ids: Sequence[int]) -> list[JobAction]:
