@@ -1,9 +1,11 @@
 """What limits cost: one supervisor of --procs 8 on a real PostgreSQL, draining no-op jobs.
 
-    .venv/bin/python -m benchmarks.bench_limits [--dsn DSN] [--runs 4] [--backlog 1000000] [--json PATH]
+    .venv/bin/python -m benchmarks.bench_limits [--dsn DSN] [--runs 4] [--limit 64] [--kinds noop,sleep_1ms]
+        [--only limited,backlog] [--backlog 1000000] [--json PATH]
 
-  - limited_vs_unlimited: 20,000 no-op jobs of a kind without a limit, then with a concurrency limit of
-    --limit (64), in alternating order, one pair per run; the ratio of each pair.
+  - limited: 20,000 jobs of each of --kinds (the bench app's: noop does nothing, sleep_1ms sleeps 1 ms)
+    without a limit, then with a concurrency limit of --limit (64), in alternating order, one pair per
+    run; the ratio of each pair.
   - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind throttled at
     its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
     the drain rate with the backlog over the median of the runs around it.
@@ -57,31 +59,33 @@ def start_supervisor(dsn: str, procs: int) -> tuple[subprocess.Popen, psutil.Pro
     return process, psutil.Process(process.pid)
 
 
-def drain_rate(conn: psycopg.Connection, sup: psutil.Process) -> float:
-    rate, _, _ = bench.throughput(conn, "noop", NOOP_JOBS, sup)
+def drain_rate(conn: psycopg.Connection, sup: psutil.Process, kind: str = "noop") -> float:
+    rate, _, _ = bench.throughput(conn, kind, NOOP_JOBS, sup)
     return rate
 
 
-def limited_vs_unlimited(conn: psycopg.Connection, sup: psutil.Process, runs: int, limit: int) -> dict[str, float]:
+def limited_vs_unlimited(
+    conn: psycopg.Connection, sup: psutil.Process, runs: int, limit: int, kind: str = "noop"
+) -> dict[str, float]:
     ratios, unlimited, limited = [], [], []
     for number in range(runs):
         pair = {}
         for with_limit in (False, True) if number % 2 == 0 else (True, False):
-            if with_limit:
-                limits.set_limits(conn, "noop", "bench", concurrency=limit)
-            else:
-                limits.set_limits(conn, "noop", "bench", concurrency=None)
+            limits.set_limits(conn, kind, "bench", concurrency=limit if with_limit else None)
             time.sleep(0.5)  # the supervisor hears the NOTIFY
-            pair[with_limit] = drain_rate(conn, sup)
-        limits.set_limits(conn, "noop", "bench", concurrency=None)
+            pair[with_limit] = drain_rate(conn, sup, kind)
+        limits.set_limits(conn, kind, "bench", concurrency=None)
         unlimited.append(pair[False])
         limited.append(pair[True])
         ratios.append(pair[True] / pair[False])
-        print(f"pair {number + 1}: unlimited {pair[False]:,.0f}/s, limited to {limit} {pair[True]:,.0f}/s", flush=True)
+        print(
+            f"pair {number + 1}: {kind} unlimited {pair[False]:,.0f}/s, limited to {limit} {pair[True]:,.0f}/s",
+            flush=True,
+        )
     return {
-        "noop_unlimited_per_s": statistics.median(unlimited),
-        f"noop_limited_{limit}_per_s": statistics.median(limited),
-        f"limited_{limit}_vs_unlimited": statistics.median(ratios),
+        f"{kind}_unlimited_per_s": statistics.median(unlimited),
+        f"{kind}_limited_{limit}_per_s": statistics.median(limited),
+        f"{kind}_limited_{limit}_vs_unlimited": statistics.median(ratios),
     }
 
 
@@ -128,13 +132,21 @@ def main() -> int:
     )
     parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog")
     parser.add_argument("--limit", type=int, default=64, help="the concurrency limit of the limited runs (default 64)")
+    parser.add_argument(
+        "--kinds", default="noop,sleep_1ms", help="the kinds the limited runs drain (default noop,sleep_1ms)"
+    )
     args = parser.parse_args()
+    kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
+    if not kinds or set(kinds) - {"noop", "sleep_1ms"}:
+        print(f"bench_limits: --kinds takes noop and sleep_1ms, not {args.kinds!r}", file=sys.stderr)
+        return 2
     figures: dict[str, float] = {}
     with scratch.empty(args.dsn, "jobsup-bench-limits-") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
         process, sup = start_supervisor(dsn, args.procs)
         try:
             if "limited" in args.only:
-                figures.update(limited_vs_unlimited(conn, sup, args.runs, args.limit))
+                for kind in kinds:
+                    figures.update(limited_vs_unlimited(conn, sup, args.runs, args.limit, kind))
             if "backlog" in args.only:
                 figures.update(with_backlog(conn, sup, max(2, args.runs // 2), args.backlog))
         finally:
