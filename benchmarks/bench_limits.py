@@ -5,7 +5,8 @@
 
   - limited: 20,000 jobs of each of --kinds (the bench app's: noop does nothing, sleep_1ms sleeps 1 ms)
     without a limit, then with a concurrency limit of --limit (64), in alternating order, one pair per
-    run; the ratio of each pair.
+    run; the ratio of each pair, and how long the jobs were held from claim to outcome (median), which
+    times the jobs/s is how many the drain held at once: what a concurrency limit counts.
   - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind throttled at
     its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
     the drain rate with the backlog over the median of the runs around it.
@@ -64,28 +65,49 @@ def drain_rate(conn: psycopg.Connection, sup: psutil.Process, kind: str = "noop"
     return rate
 
 
+def drain_and_hold(conn: psycopg.Connection, sup: psutil.Process, kind: str) -> tuple[float, float]:
+    """Jobs/s of a drain of `kind`, and the median time its jobs were held, from claim to outcome write
+    (seconds): what a concurrency limit counts. Their product is how many the drain held at once."""
+    row = conn.execute("SELECT coalesce(max(id), 0) FROM jobsup.jobs").fetchone()
+    assert row is not None
+    rate = drain_rate(conn, sup, kind)
+    held = conn.execute(
+        "SELECT percentile_cont(0.5) WITHIN GROUP (ORDER BY extract(epoch FROM done_at - started_at))"
+        " FROM jobsup.jobs WHERE kind = %s AND id > %s",
+        [kind, row[0]],
+    ).fetchone()
+    assert held is not None
+    return rate, float(held[0])
+
+
 def limited_vs_unlimited(
     conn: psycopg.Connection, sup: psutil.Process, runs: int, limit: int, kind: str = "noop"
 ) -> dict[str, float]:
     ratios, unlimited, limited = [], [], []
+    holds: dict[bool, list[float]] = {False: [], True: []}
     for number in range(runs):
         pair = {}
         for with_limit in (False, True) if number % 2 == 0 else (True, False):
             limits.set_limits(conn, kind, "bench", concurrency=limit if with_limit else None)
             time.sleep(0.5)  # the supervisor hears the NOTIFY
-            pair[with_limit] = drain_rate(conn, sup, kind)
+            pair[with_limit], held = drain_and_hold(conn, sup, kind)
+            holds[with_limit].append(held)
         limits.set_limits(conn, kind, "bench", concurrency=None)
         unlimited.append(pair[False])
         limited.append(pair[True])
         ratios.append(pair[True] / pair[False])
         print(
-            f"pair {number + 1}: {kind} unlimited {pair[False]:,.0f}/s, limited to {limit} {pair[True]:,.0f}/s",
+            f"pair {number + 1}: {kind} unlimited {pair[False]:,.0f}/s (each held {holds[False][-1] * 1000:.1f} ms, "
+            f"{pair[False] * holds[False][-1]:.0f} at once), limited to {limit} {pair[True]:,.0f}/s (held "
+            f"{holds[True][-1] * 1000:.1f} ms, {pair[True] * holds[True][-1]:.0f} at once)",
             flush=True,
         )
     return {
         f"{kind}_unlimited_per_s": statistics.median(unlimited),
         f"{kind}_limited_{limit}_per_s": statistics.median(limited),
         f"{kind}_limited_{limit}_vs_unlimited": statistics.median(ratios),
+        f"{kind}_unlimited_held_ms": statistics.median(holds[False]) * 1000,
+        f"{kind}_limited_{limit}_held_ms": statistics.median(holds[True]) * 1000,
     }
 
 

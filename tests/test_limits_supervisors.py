@@ -453,19 +453,18 @@ def test_rate_figures_on_hand_made_claims():
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(300)
 def test_rate_is_exact_across_four_supervisors(dsn, records, start):
-    """Kind `rated` (100/s, burst 1), 4 supervisors x 4 procs, 1,000 jobs of 20 ms ready at once: ~10 s
-    at the rate (the issue's figure is 30 s; the long run is the benchmark's). Claims (jobsup.jobs.
-    started_at) never above the rate in any 1-second window, nor closer than 10 ms; handler starts within
-    it plus the dispatch's jitter; every job claimed once (attempts 1); the rate over the run within 2%
-    of 100/s."""
+    """Kind `rated` (100/s, burst 1), 4 supervisors x 4 procs, 3,000 jobs of 20 ms ready at once: 30 s
+    at the rate. Claims (jobsup.jobs.started_at) never above the rate in any 1-second window, nor
+    closer than 10 ms; handler starts within it plus the dispatch's jitter; every job claimed once
+    (attempts 1); the rate over the run within 2% of 100/s."""
     conn = records
-    n = 1000
+    n = 3000
     sups = supervisors(start, dsn, 4)
     wait_declared(conn, "rated")
     enqueue(conn, "rated", n, seconds=0.02)
-    took = wait_all_done(conn, n, timeout=120, sups=sups)
+    took = wait_all_done(conn, n, timeout=180, sups=sups)
     assert attempts(conn, "rated") == {1: n}
     rows = claims_and_starts(conn, "rated")
     assert len(rows) == n
