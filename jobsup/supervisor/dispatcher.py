@@ -26,7 +26,6 @@ from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import arun_together
 from jobsup.job import Job
 from jobsup.ops.latency import Recorder
-from jobsup.otel import trace_fields
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
@@ -34,7 +33,7 @@ from jobsup.supervisor.keys import ClaimKeys
 from jobsup.supervisor.limits import RETRY as RETRY_DECLARATION
 from jobsup.supervisor.limits import Declaration
 from jobsup.supervisor.link import LOST, Link
-from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import Tally
 
 # Besides --prefetch, claim what the workers are expected to start within this horizon at the rate
@@ -244,35 +243,26 @@ class Dispatcher:
                     "job.failed",
                     "warning",
                     like=_ALIKE,
-                    job=job.id,
-                    kind=job.kind,
-                    attempt=job.attempts,
                     pid=worker.pid,
                     error=answer.error,
-                    **trace_fields(job.meta, worker.trace),
+                    **about(job, worker.trace),
                 )
             self.fail_buffer.append(record)
         elif isinstance(record, Snoozed):
             self.log(
                 "job.snoozed",
                 "debug",
-                job=job.id,
-                kind=job.kind,
-                attempt=job.attempts,
                 pid=worker.pid,
                 delay=f"{record.delay:g}s",
-                **trace_fields(job.meta, worker.trace),
+                **about(job, worker.trace),
             )
             self.snooze_buffer.append(record)
         else:  # a Discard
             self.log(
                 "job.discarded",
-                job=job.id,
-                kind=job.kind,
-                attempt=job.attempts,
                 pid=worker.pid,
                 error=answer.error,
-                **trace_fields(job.meta, worker.trace),
+                **about(job, worker.trace),
             )
             self.cancel_buffer.append(record)
         self.flush_wakeup.set()
@@ -351,12 +341,9 @@ class Dispatcher:
                 if worker.job is not None and worker.job.id == job_id:
                     self.log(
                         "job.cancelling",
-                        job=job.id,
-                        kind=job.kind,
-                        attempt=job.attempts,
                         pid=worker.pid,
                         by=by,
-                        **trace_fields(job.meta),
+                        **about(job),
                     )
                     if worker.stop_reason is None:  # one being stopped already (a timeout) is let be
                         self.keeper.interrupt(worker, f"cancelled by {by}")
@@ -877,11 +864,8 @@ class Dispatcher:
                     "job.dead",
                     "warning",
                     like=_ALIKE,
-                    job=job.id,
-                    kind=job.kind,
-                    attempt=job.attempts,
                     error=failure.error,
-                    **trace_fields(job.meta, self.traces.get(job.id)),
+                    **about(job, self.traces.get(job.id)),
                 )
             elif outcome is not None and outcome.run_at is not None:
                 self.note_run_at(outcome.run_at.timestamp())
@@ -900,11 +884,8 @@ class Dispatcher:
                     self.log(
                         "job.interrupted",
                         "warning",
-                        job=job.id,
-                        kind=job.kind,
-                        attempt=job.attempts,
                         reason=reason,
-                        **trace_fields(job.meta),
+                        **about(job),
                     )
             self._forget([j for j, _ in chunk], written, "released")
 
@@ -931,11 +912,8 @@ class Dispatcher:
                 if cancel.id in written and job is not None and cancel.reason is None:
                     self.log(
                         "job.cancelled",
-                        job=job.id,
-                        kind=job.kind,
-                        attempt=job.attempts,
                         by=cancel.by,
-                        **trace_fields(job.meta, self.traces.get(job.id)),
+                        **about(job, self.traces.get(job.id)),
                     )
             self._forget([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
 

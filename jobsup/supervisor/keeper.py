@@ -18,10 +18,9 @@ from typing import Any
 import psutil
 
 from jobsup.job import Job
-from jobsup.otel import trace_fields
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
-from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import restart_cause
 from jobsup.supervisor.wire import Reader, send
 from jobsup.supervisor.worker import job_fields, worker_main
@@ -321,13 +320,10 @@ class Keeper:
                 # one it stopped for was caught in): the job goes back unspent, the worker did not die.
                 "worker.stopped" if cause.startswith(INTERRUPTED) else "worker.died",
                 "warning",
-                job=job.id,
-                kind=job.kind,
-                attempt=job.attempts,
                 pid=worker.pid,
                 slot=worker.slot,
                 cause=cause,
-                **trace_fields(job.meta),
+                **about(job),
             )
             slot.last_exit = cause
             self.on_lost(worker, job, cause, jobs[1:])
@@ -405,12 +401,9 @@ class Keeper:
                     self.log(
                         "job.timed_out",
                         "warning",
-                        job=worker.job.id,
-                        kind=worker.job.kind,
-                        attempt=worker.job.attempts,
                         pid=worker.pid,
                         limit=f"{limit:g}s",
-                        **trace_fields(worker.job.meta),
+                        **about(worker.job),
                     )
                     self.interrupt(worker, f"timed out after {limit:g}s")
 

@@ -9,12 +9,20 @@ import sys
 import time
 from typing import Any, TextIO
 
+from jobsup.otel import trace_fields
+
 _LEVELS = {"debug": 10, "info": 20, "warning": 30, "error": 40}
 _ORDER = ("job", "kind", "attempt", "pid", "slot")
 # Lines alike (same action and the same `like` fields: a kind's failures with the same error) are
 # written once per this many seconds, the first in full and then one line that counts the rest.
 # 200,000 jobs of a kind with no handler once wrote 77,040 `job.failed` lines within seconds.
 REPEAT_INTERVAL = 5.0
+
+
+def about(job: Any, trace: tuple[str, str] | None = None) -> dict[str, Any]:
+    """The fields of a line about `job` (a jobsup.Job): its id, kind and attempt, and the trace of
+    otel.trace_fields (`trace`: the ids its worker reported for the attempt, if it traced it)."""
+    return {"job": job.id, "kind": job.kind, "attempt": job.attempts, **trace_fields(job.meta, trace)}
 
 
 class _Run:
