@@ -16,7 +16,7 @@ from psycopg_pool import AsyncConnectionPool, ConnectionPool
 from jobsup import middleware, workflow
 from jobsup.db import dsn as dsns
 from jobsup.db.sql import Op, arun, run, sorted_ids
-from jobsup.job import EnqueueOptions, JobSpec, make_spec, max_payload_bytes
+from jobsup.job import EnqueueOptions, JobSpec, insert_columns, make_spec
 
 if TYPE_CHECKING:
     from jobsup.app import App
@@ -40,26 +40,8 @@ def _enqueue_op(spec: JobSpec) -> Op:
     return Op("enqueue", params, lambda rows: rows[0][0] if rows else None)
 
 
-def columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
-    """The arrays, one element per job, that a many-jobs insert unnests: enqueue_many's statements and
-    a workflow's (jobsup/workflow.py)."""
-    limit = max_payload_bytes()  # once per batch, not once per job
-    return {
-        "queues": [s.queue for s in specs],
-        "kinds": [s.kind for s in specs],
-        "payloads": [s.encoded_payload(limit) for s in specs],
-        "priorities": [s.priority for s in specs],
-        "run_ats": [s.run_at for s in specs],
-        "delays": [float(s.delay) for s in specs],
-        "max_attempts": [s.max_attempts for s in specs],
-        # NULL when no job has one (as most batches): unnest pads a NULL array with NULLs.
-        "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
-        "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
-    }
-
-
 def _enqueue_many_op(specs: Sequence[JobSpec]) -> Op:
-    params = columns(specs)
+    params = insert_columns(specs)
     if all(s.unique_key is None for s in specs):
         # Nothing to skip: every input is inserted, in order, so the ascending ids are the answer.
         return Op("enqueue_many_unkeyed", params, sorted_ids)

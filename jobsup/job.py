@@ -162,6 +162,24 @@ class JobSpec:
             raise BadInput(f"meta of a {self.kind!r} job must be a dict, not {_type_name(self.meta)}")
 
 
+def insert_columns(specs: Sequence[JobSpec]) -> dict[str, Any]:
+    """The arrays, one element per job, that a many-jobs insert unnests: enqueue_many's statements and
+    a workflow's (jobsup/workflow.py)."""
+    limit = max_payload_bytes()  # once per batch, not once per job
+    return {
+        "queues": [s.queue for s in specs],
+        "kinds": [s.kind for s in specs],
+        "payloads": [s.encoded_payload(limit) for s in specs],
+        "priorities": [s.priority for s in specs],
+        "run_ats": [s.run_at for s in specs],
+        "delays": [float(s.delay) for s in specs],
+        "max_attempts": [s.max_attempts for s in specs],
+        # NULL when no job has one (as most batches): unnest pads a NULL array with NULLs.
+        "keys": None if all(s.key is None for s in specs) else [s.key for s in specs],
+        "metas": None if all(not s.meta for s in specs) else [s.encoded_meta() for s in specs],
+    }
+
+
 PARENT_FAILURE_POLICIES = ("cancel", "run")
 
 

@@ -23,10 +23,10 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import psycopg
 from psycopg.pq import TransactionStatus
 
-from jobsup import client, middleware
+from jobsup import middleware
 from jobsup.db.sql import Op, arun, arun_steps, run, run_steps
 from jobsup.errors import BadInput
-from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, make_spec
+from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, insert_columns, make_spec
 
 if TYPE_CHECKING:
     from jobsup.app import App
@@ -228,7 +228,7 @@ class Workflow:
                 "name": self.name,
                 "create": create,
                 "workflow_id": workflow_id,
-                **client.columns(specs),
+                **insert_columns(specs),
                 "parents_left": parents_left,
                 "has_children": has_children,
             },
