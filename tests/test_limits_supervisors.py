@@ -231,6 +231,28 @@ def test_concurrency_is_exact_across_four_supervisors(dsn, records, start):
     assert throughput >= 0.4 * 60, f"{throughput:.1f} jobs/s"
 
 
+@pytest.mark.slow
+def test_concurrency_is_exact_for_short_jobs_handed_out_and_written_at_once(dsn, records, start):
+    """The same with 1,500 jobs of 1 ms (with their records, about 2 ms each): short jobs, which a
+    supervisor hands out several to a worker and whose outcomes it writes at once while their limit
+    holds them back. What a worker holds beyond the one it runs holds slots too: never more than 3
+    runs at once."""
+    conn = records
+    n = 1500
+    sups = supervisors(start, dsn, 4)
+    wait_declared(conn, "three")
+    enqueue(conn, "three", n, seconds=0.001)
+    wait_all_done(conn, n, timeout=120, sups=sups)
+    runs = runs_of(conn, "three")
+    assert len(runs) == n and len({r.job_id for r in runs}) == n
+    peak, at = max_overlap(spans(runs))
+    seconds = max(r.ended for r in runs) - min(r.started for r in runs)
+    say(f"concurrency 3, 4x4 workers, {n} x 1 ms: max overlap {peak}; {n / seconds:.0f} jobs/s")
+    assert peak <= 3, f"{peak} runs of `three` at once at {at}"
+    assert peak == 3
+    assert attempts(conn, "three") == {1: n}
+
+
 # --- 2. concurrency under SIGKILLs -----------------------------------------------------------------
 
 
