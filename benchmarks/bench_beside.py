@@ -2,7 +2,7 @@
 what a feature costs the jobs that do not use it.
 
     .venv/bin/python -m benchmarks.bench_beside --base /tmp/base --base-commit 0d1f1c0 [--pairs 10]
-        [--jobs 100000] [--procs 8] [--dsn DSN] [--json PATH]
+        [--jobs 100000] [--procs 8] [--dsn DSN] [--json PATH] [--this /tmp/this --this-commit REV]
 
 Each side, in turn, on the same server (--dsn's, which must run on this machine, or an embedded one):
   1. a fresh database, migrated by that side's own `jobsup migrate`, autovacuum off on its jobs table
@@ -17,6 +17,9 @@ plus whatever else the machine does meanwhile. Each pair's ratios (this / base),
 above 1 means this checkout is faster (jobs/s) or cheaper (base CPU / this CPU).
 
 --base is a clone of this repository at --base-commit with a venv of its own, made when missing.
+--this and --this-commit measure another commit, made the same way, in place of this checkout: what
+a feature cost beside the release before it, measured after both (limits: --this-commit 0d1f1c0
+--base-commit 7986b74).
 """
 
 from __future__ import annotations
@@ -204,11 +207,14 @@ def pair_ratios(this: dict[str, float], base: dict[str, float]) -> dict[str, flo
     }
 
 
-def pairs(dsn: str | None, count: int, base: Path, commit: str, jobs: int, procs: int) -> dict[str, float]:
-    """`count` alternating pairs of drains, this checkout's and `commit`'s: the medians of their figures
-    and ratios."""
+def pairs(
+    dsn: str | None, count: int, base: Path, commit: str, jobs: int, procs: int, this: tuple[Path, str] | None = None
+) -> dict[str, float]:
+    """`count` alternating pairs of drains, this checkout's (or, with `this`, a clone of its commit made
+    as the base's is) and `commit`'s: the medians of their figures and ratios."""
     python = prepare_base(base, commit)
-    sides = {"this": (Path(sys.executable), ROOT), "base": (python, base)}
+    this_side = (Path(sys.executable), ROOT) if this is None else (prepare_base(*this), this[0])
+    sides = {"this": this_side, "base": (python, base)}
     versions = {side: python_of(exe) for side, (exe, _) in sides.items()}
     print(f"this: {versions['this']}\nbase: {versions['base']}", flush=True)
     if versions["this"] != versions["base"]:
@@ -233,7 +239,8 @@ def pairs(dsn: str | None, count: int, base: Path, commit: str, jobs: int, procs
     medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
     spread = {key: sorted(r[key] for r in results) for key in ("jobs_per_s_ratio", "cpu_ratio")}
     print(
-        f"\n{jobs:,} no-op jobs on --procs {procs}, this checkout / {commit}, medians of {count} pairs "
+        f"\n{jobs:,} no-op jobs on --procs {procs}, {'this checkout' if this is None else this[1]} / {commit}, "
+        f"medians of {count} pairs "
         f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):\n"
         f"  jobs/s        {medians['this_jobs_per_s']:9,.0f} / {medians['base_jobs_per_s']:9,.0f}   ratio "
         f"{medians['jobs_per_s_ratio']:.3f} (pairs from {spread['jobs_per_s_ratio'][0]:.3f} to "
@@ -249,6 +256,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--base", required=True, help="the clone of --base-commit (made when missing)")
     parser.add_argument("--base-commit", required=True, help="the commit to measure beside this checkout")
+    parser.add_argument("--this", help="the clone of --this-commit, measured instead of this checkout")
+    parser.add_argument("--this-commit", help="the commit measured on the other side (default: this checkout)")
     parser.add_argument("--pairs", type=int, default=10, help="alternating pairs (default 10)")
     parser.add_argument("--jobs", type=int, default=100_000, help="no-op jobs per drain (default 100,000)")
     parser.add_argument("--procs", type=int, default=8, help="each supervisor's workers (default 8)")
@@ -258,7 +267,10 @@ def main() -> int:
     try:
         if min(args.pairs, args.jobs, args.procs) < 1:
             raise BadInput("--pairs, --jobs and --procs must be 1 or more")
-        figures = pairs(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs)
+        if (args.this is None) != (args.this_commit is None):
+            raise BadInput("--this and --this-commit go together")
+        this = None if args.this is None else (Path(args.this), args.this_commit)
+        figures = pairs(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs, this)
     except BadInput as exc:
         print(f"bench_beside: {exc}", file=sys.stderr)
         return 2

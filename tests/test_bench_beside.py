@@ -65,6 +65,7 @@ def test_one_pair_drains_both_sides_and_counts_their_cpu(server_dsn, tmp_path):
     [
         (["--base", "/nonexistent-base", "--base-commit", "HEAD", "--pairs", "0"], "--pairs, --jobs and --procs"),
         (["--base", "/tmp", "--base-commit", "not-a-commit"], "git -C"),
+        (["--base", "/tmp", "--base-commit", "HEAD", "--this", "/tmp"], "--this and --this-commit go together"),
     ],
 )
 def test_bad_flags_are_refused_in_one_line(args, says):
