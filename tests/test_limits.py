@@ -349,6 +349,32 @@ def test_the_previous_releases_claim_is_refused_and_its_writes_still_free_slots(
     assert len(claim(conn)[0]) == 1
 
 
+def test_the_previous_releases_claim_of_jobs_of_no_limited_kind_goes_through(conn):
+    """What the schema refuses is a claim that would break a limit: the release before limits claims
+    the jobs of kinds without one as it always did, and the first claim of its that takes a limited
+    job is refused whole (JS001): nothing of it is claimed."""
+    limits.set_limits(conn, "k", "test", concurrency=1)
+    free = jobsup.enqueue_many(conn, [{"kind": "free"}] * 2)
+    old_claim = {
+        "queues": ["default"],
+        "after_priorities": [None],
+        "after_run_ats": [None],
+        "after_ids": [None],
+        "limit": 10,
+        "locked_by": "old",
+        "lease": 30,
+        "kinds": None,
+    }
+    claimed = conn.execute(previous("claim"), old_claim).fetchall()
+    assert sorted(row[0] for row in claimed) == sorted(free)
+    later = jobsup.enqueue_many(conn, [{"kind": "free"}, {"kind": "k"}])
+    with pytest.raises(psycopg.Error) as refused:
+        conn.execute(previous("claim"), old_claim)
+    assert refused.value.sqlstate == lifecycle.CLAIM_REFUSED
+    statuses = conn.execute("SELECT status FROM jobsup.jobs WHERE id = ANY(%s)", [later]).fetchall()
+    assert statuses == [("queued",), ("queued",)]
+
+
 # --- across a real supervisor ------------------------------------------------------------------------
 
 
