@@ -317,6 +317,19 @@ def test_drain_honours_limits(conn):
 # --- upgrading: an earlier release's statements against this schema --------------------------------
 
 
+# The parameters of the previous release's claim, as its supervisor sends them.
+OLD_CLAIM = {
+    "queues": ["default"],
+    "after_priorities": [None],
+    "after_run_ats": [None],
+    "after_ids": [None],
+    "limit": 10,
+    "locked_by": "old",
+    "lease": 30,
+    "kinds": None,
+}
+
+
 def previous(name: str) -> str:
     return load((PREVIOUS_RELEASE / "lifecycle.sql").read_text())[name]
 
@@ -327,18 +340,8 @@ def test_the_previous_releases_claim_is_refused_and_its_writes_still_free_slots(
     still work, and free the slots of the limited jobs it held."""
     limits.set_limits(conn, "k", "test", concurrency=1)
     jobsup.enqueue_many(conn, [{"kind": "k"}, {"kind": "k"}, {"kind": "free"}])
-    old_claim = {
-        "queues": ["default"],
-        "after_priorities": [None],
-        "after_run_ats": [None],
-        "after_ids": [None],
-        "limit": 10,
-        "locked_by": "old",
-        "lease": 30,
-        "kinds": None,
-    }
     with pytest.raises(psycopg.Error) as refused:
-        conn.execute(previous("claim"), old_claim)
+        conn.execute(previous("claim"), OLD_CLAIM)
     assert refused.value.sqlstate == lifecycle.CLAIM_REFUSED
     assert "run a jobsup whose schema is version 8 or later" in str(refused.value)
     assert conn.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'running'").fetchone() == (0,)
@@ -355,21 +358,11 @@ def test_the_previous_releases_claim_of_jobs_of_no_limited_kind_goes_through(con
     job is refused whole (JS001): nothing of it is claimed."""
     limits.set_limits(conn, "k", "test", concurrency=1)
     free = jobsup.enqueue_many(conn, [{"kind": "free"}] * 2)
-    old_claim = {
-        "queues": ["default"],
-        "after_priorities": [None],
-        "after_run_ats": [None],
-        "after_ids": [None],
-        "limit": 10,
-        "locked_by": "old",
-        "lease": 30,
-        "kinds": None,
-    }
-    claimed = conn.execute(previous("claim"), old_claim).fetchall()
+    claimed = conn.execute(previous("claim"), OLD_CLAIM).fetchall()
     assert sorted(row[0] for row in claimed) == sorted(free)
     later = jobsup.enqueue_many(conn, [{"kind": "free"}, {"kind": "k"}])
     with pytest.raises(psycopg.Error) as refused:
-        conn.execute(previous("claim"), old_claim)
+        conn.execute(previous("claim"), OLD_CLAIM)
     assert refused.value.sqlstate == lifecycle.CLAIM_REFUSED
     statuses = conn.execute("SELECT status FROM jobsup.jobs WHERE id = ANY(%s)", [later]).fetchall()
     assert statuses == [("queued",), ("queued",)]
