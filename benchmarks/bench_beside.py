@@ -154,8 +154,7 @@ def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int) -
             try:
                 tree = psutil.Process(supervisor.pid)
                 # Workers are the fork server's children: the supervisor's grandchildren.
-                workers = lambda: len(tree.children(recursive=True)) > procs  # noqa: E731
-                wait(lambda: workers() or supervisor.poll() is not None, 60, "the workers")
+                wait(lambda: len(tree.children(recursive=True)) > procs or supervisor.poll() is not None, 60, "workers")
                 wait(lambda: conn.execute("SELECT count(*) FROM jobsup.supervisors").fetchone() == (1,), 60, "a beat")
                 time.sleep(1.0)  # workers import the app, connections open: let the supervisor go idle
                 if supervisor.poll() is not None:
