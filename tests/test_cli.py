@@ -476,6 +476,23 @@ def test_stats_json_matches_the_database(dsn, conn):
     assert "dead jobs (newest 2 of 2)" in text
 
 
+@pytest.mark.parametrize("columns", [80, 160])
+def test_stats_cuts_no_word_of_the_counts_on_a_terminal_of_80_columns(dsn, conn, columns):
+    # A job waiting for its parent adds the waiting column: nine counts, 87 columns with the box.
+    parent = client.enqueue(conn, "segfault_reporter", delay=600)
+    client.enqueue(conn, "segfault_reporter", after=[parent])
+    text = ok(dsn, "stats", COLUMNS=str(columns))
+    counts = text[: text.index("oldest ready job")]
+    assert "…" not in counts and all(len(line) <= columns for line in text.splitlines()), text
+    header = next(line for line in counts.splitlines() if "waiting" in line).split()
+    words = ["kind", "waiting", "ready", "scheduled", "running", "done", "failed", "dead", "cancelled"]
+    if columns == 80:  # without the box
+        assert header == words, text
+    else:
+        assert header[1::2] == words and set(header[::2]) == {"┃"}, text
+    assert "segfault_reporter" in counts
+
+
 def test_stats_of_an_empty_queue(dsn):
     data = json.loads(ok(dsn, "stats", "--json"))
     assert data["kinds"] == [] and data["total"]["ready"] == 0 and data["dead_jobs"] == []

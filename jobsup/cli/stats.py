@@ -7,6 +7,7 @@ import argparse
 import json
 
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 
 from jobsup.cli.options import connect, positive_int
@@ -38,19 +39,32 @@ def run(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def show(console: Console, table: Table) -> None:
+    """Print `table`, without its box and with one space between columns when the box would cut a
+    column's words: the jobs by kind of a schema with waiting jobs has nine counts, which need 87
+    columns boxed and 67 without, beside the longest kind."""
+    unbounded = console.options.update(max_width=10_000)
+    if Measurement.get(console, unbounded, table).minimum > console.width:
+        table.box = None
+        table.padding = (0, 1, 0, 0)
+        table.pad_edge = False
+    console.print(table)
+
+
 def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
     console = console or Console()
     total = snap.total
-    # The waiting column only while a job waits for its parents: without it the table fits 80 columns.
+    # The waiting column only while a job waits for its parents: without it the table fits 80 columns
+    # with its box.
     columns = KIND_COLUMNS if total.waiting else COUNT_COLUMNS
     kinds = Table(title="jobs by kind", title_justify="left")
-    kinds.add_column("kind")
+    kinds.add_column("kind", overflow="fold")  # a kind too long for the terminal wraps, never cut
     for name in columns:
         kinds.add_column(name, justify="right")
     for counts in snap.kinds:  # not `row`, the name of the dict rows below
         kinds.add_row(counts.kind, *(f"{getattr(counts, name):,}" for name in columns))
     kinds.add_row("total", *(f"{getattr(total, name):,}" for name in columns), style="bold")
-    console.print(kinds)
+    show(console, kinds)
     print_workflows(snap, console)
 
     if snap.paused_queues:  # control: `jobsup pause`
@@ -59,7 +73,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
             paused.add_column(name)
         for row in snap.paused_queues:
             paused.add_row(row["queue"], row["paused_at"].strftime("%Y-%m-%d %H:%M:%S"), row["paused_by"] or "")
-        console.print(paused)
+        show(console, paused)
 
     oldest = Table(title="oldest ready job", title_justify="left")
     oldest.add_column("queue")
@@ -68,7 +82,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
         oldest.add_row(queue, format_age(age))
     if not snap.oldest_ready:
         oldest.add_row("(no ready jobs)", "-")
-    console.print(oldest)
+    show(console, oldest)
     print_limits(snap, console)
 
     dead = Table(title=f"dead jobs (newest {len(snap.dead_jobs)} of {total.dead:,})", title_justify="left")
@@ -83,7 +97,7 @@ def print_snapshot(snap: Snapshot, console: Console | None = None) -> None:
             died,
             (row["last_error"] or "").splitlines()[0][:100] if row["last_error"] else "",
         )
-    console.print(dead)
+    show(console, dead)
 
     print_latency(snap, console)
     print_leases_and_attempts(snap, console)
@@ -98,7 +112,7 @@ def print_workflows(snap: Snapshot, console: Console) -> None:
     for name in ("open", "done", "failed"):
         table.add_column(name, justify="right")
     table.add_row(f"{w.open:,}", f"{w.done:,}", f"{w.failed:,}")
-    console.print(table)
+    show(console, table)
 
 
 def print_limits(snap: Snapshot, console: Console) -> None:
@@ -116,7 +130,7 @@ def print_limits(snap: Snapshot, console: Console) -> None:
         held = f"{k.held:,}" + (f" of {k.limits.concurrency:,}" if k.limits.concurrency is not None else "")
         by = k.set_by or ("the app" if k.declared is not None else "-")
         table.add_row(k.kind, str(k.limits), held, k.throttled_text, format_age(k.throttled_age), by)
-    console.print(table)
+    show(console, table)
 
 
 def print_latency(snap: Snapshot, console: Console) -> None:
@@ -143,7 +157,7 @@ def print_latency(snap: Snapshot, console: Console) -> None:
             )
         if not table.row_count:
             table.add_row("(no job finished)", *["-"] * 7)
-        console.print(table)
+        show(console, table)
 
 
 def print_leases_and_attempts(snap: Snapshot, console: Console) -> None:
@@ -156,7 +170,7 @@ def print_leases_and_attempts(snap: Snapshot, console: Console) -> None:
         leases.add_row(str(row["id"]), row["kind"], str(row["attempts"]), row["locked_by"] or "-", left)
     if not snap.expiring_leases:
         leases.add_row("(no running job)", "", "", "", "")
-    console.print(leases)
+    show(console, leases)
 
     attempts = Table(title="attempts, live and dead jobs", title_justify="left")
     attempts.add_column("status")
@@ -166,4 +180,4 @@ def print_leases_and_attempts(snap: Snapshot, console: Console) -> None:
         attempts.add_row(row["status"], str(row["attempts"]), f"{row['count']:,}")
     if not snap.attempts:
         attempts.add_row("(no live or dead job)", "", "")
-    console.print(attempts)
+    show(console, attempts)
