@@ -15,7 +15,7 @@ from jobsup.ops.prune import Retention, aprune
 from jobsup.testing import drain
 
 from .apps.flows import RUNS_TABLE, app
-from .helpers import jobsup
+from .helpers import cli_env, jobsup
 from .metrics_helpers import exported, samples
 
 
@@ -89,7 +89,8 @@ def test_stats_counts_waiting_jobs_by_kind_and_shows_the_workflows(runs, dsn):
     assert data["total"]["waiting"] == 3
     assert data["workflows"] == {"open": 1, "done": 1, "failed": 1}
 
-    text = jobsup("stats", "--dsn", dsn).stdout
+    # Wide enough for the boxed table (at 80 columns it has no box: tests/test_cli.py).
+    text = jobsup("stats", "--dsn", dsn, env=cli_env(COLUMNS="160")).stdout
     header = next(line for line in text.splitlines() if "kind" in line and "ready" in line)
     assert header.split("┃")[2].strip() == "waiting"  # the column after the kind's
     report = next(line for line in text.splitlines() if line.startswith("│ report"))
