@@ -17,9 +17,10 @@
     before the chains, a fresh job's pickup: created_at to started_at of --pickups jobs enqueued one at
     a time, 20 ms apart, into the idle supervisor; and the outcome flush interval of the supervisor's
     defaults. All of these are database timestamps.
-  - trigger: what the trigger that settles a finished parent's children costs a job without any: one
-    connection claims and completes 30,000 jobs 100 at a time, with the trigger and (dropped for the
-    run) without it, alternating, --runs times; microseconds per job, medians.
+  - trigger: what the row triggers on a status update cost a job with no children and no limit (the
+    one that settles a finished parent's children, and the claim protocol's): one connection claims and
+    completes 30,000 jobs 100 at a time, with both, without the first, and without either (dropped for
+    the run), in turns, --runs times; microseconds per job, medians.
   - noop: --jobs no-op jobs drained by `jobsup start --procs 8` of this checkout and of a clone of
     --base-commit (the release before workflows) in --base, made with its own venv when missing,
     alternately, --pairs times: jobs/s and CPU per job, each pair's ratios and their medians
@@ -295,38 +296,60 @@ def claim_complete_us(conn: psycopg.Connection) -> float:
     return took * 1e6 / TRIGGER_JOBS
 
 
+# Each side of the trigger mode: the row triggers on a status update dropped for its runs. PostgreSQL
+# reads the old row of every update of a table with any AFTER UPDATE row trigger, before it asks each
+# trigger's WHEN: dropping one of the two saves nothing while the other stays.
+TRIGGER_SIDES = {
+    "with": (),
+    "without jobs_finished": ("jobs_finished",),
+    "without row triggers": ("jobs_finished", "jobs_claim_protocol"),
+}
+
+
 def trigger(dsn: str, runs: int) -> dict[str, float]:
-    """What jobs_finished costs the jobs it has nothing to do for: one connection set up as the
-    supervisor's claims and completes jobs without children, with the trigger and without it (dropped
-    for the run, in the same database), alternating."""
-    figures: dict[str, list[float]] = {"with": [], "without": []}
+    """What the row triggers on a status update (jobs_finished, and the claim protocol's) cost the jobs
+    they have nothing to do for: one connection set up as the supervisor's claims and completes jobs
+    without children or limits, with both triggers, without jobs_finished, and without either (dropped
+    for the run, in the same database), in turns."""
+    figures: dict[str, list[float]] = {side: [] for side in TRIGGER_SIDES}
     with writer(dsn) as conn:
-        # The trigger as the schema has it, to put back after each run without it.
-        definition = one_row(
-            conn.execute("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_finished'").fetchone(),
-            "the definition of jobs_finished",
-        )[0]
+        # The triggers as the schema has them, to put back after each run without them.
+        definitions = {
+            name: one_row(
+                conn.execute("SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = %s", [name]).fetchone(),
+                f"the definition of {name}",
+            )[0]
+            for name in TRIGGER_SIDES["without row triggers"]
+        }
         conn.execute("ALTER TABLE jobsup.jobs SET (autovacuum_enabled = false)")
+        sides = list(TRIGGER_SIDES)
         try:
             for number in range(runs):
-                for side in ("with", "without") if number % 2 == 0 else ("without", "with"):
-                    if side == "without":
-                        conn.execute("DROP TRIGGER jobs_finished ON jobsup.jobs")
+                turn = sides[number % len(sides) :] + sides[: number % len(sides)]
+                for side in turn:
+                    dropped = TRIGGER_SIDES[side]
+                    for name in dropped:
+                        conn.execute(f"DROP TRIGGER {name} ON jobsup.jobs")
                     try:
                         figures[side].append(claim_complete_us(conn))
                     finally:
-                        if side == "without":
-                            conn.execute(definition)
-                print(f"trigger run {number + 1}: {figures['with'][-1]:.2f} against {figures['without'][-1]:.2f} µs")
+                        for name in dropped:
+                            conn.execute(definitions[name])
+                print(f"trigger run {number + 1}: " + ", ".join(f"{side} {figures[side][-1]:.2f} µs" for side in sides))
         finally:
             conn.execute("ALTER TABLE jobsup.jobs RESET (autovacuum_enabled)")
-    with_us, without_us = statistics.median(figures["with"]), statistics.median(figures["without"])
-    print(
-        f"\na claim and an outcome write per job, {TRIGGER_JOBS:,} jobs 100 at a time, median of {runs} runs:\n"
-        f"  with jobs_finished {with_us:.2f} µs, without {without_us:.2f} µs: it costs {with_us - without_us:.2f} µs "
-        f"({(with_us - without_us) / without_us:.1%})"
-    )
-    return {"trigger_with_us": with_us, "trigger_without_us": without_us}
+    median = {side: statistics.median(values) for side, values in figures.items()}
+    with_us = median["with"]
+    print(f"\na claim and an outcome write per job, {TRIGGER_JOBS:,} jobs 100 at a time, median of {runs} runs:")
+    print(f"  with both triggers {with_us:.2f} µs")
+    for side in sides[1:]:
+        cost = with_us - median[side]
+        print(f"  {side} {median[side]:.2f} µs: what it dropped costs {cost:.2f} µs ({cost / median[side]:.1%})")
+    return {
+        "trigger_with_us": with_us,
+        "trigger_without_finished_us": median["without jobs_finished"],
+        "trigger_without_row_triggers_us": median["without row triggers"],
+    }
 
 
 # --- noop --------------------------------------------------------------------------------------------

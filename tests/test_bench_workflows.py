@@ -48,19 +48,24 @@ def test_fanin_times_the_last_members_write_and_leaves_no_job(dsn, tmp_path):
 
 
 @pytest.mark.slow  # 60,000 jobs claimed and completed
-def test_trigger_times_both_sides_and_puts_the_trigger_back(dsn, tmp_path):
+def test_trigger_times_each_side_and_puts_the_triggers_back(dsn, tmp_path):
     out = tmp_path / "figures.json"
     result = bench("--dsn", dsn, "--only", "trigger", "--runs", "1", "--json", str(out))
     assert result.returncode == 0, result.stderr
-    assert "trigger run 1:" in result.stdout and "with jobs_finished" in result.stdout
+    assert "trigger run 1:" in result.stdout and "without row triggers" in result.stdout
     figures = json.loads(out.read_text())
-    assert figures["trigger_with_us"] > 0 and figures["trigger_without_us"] > 0
+    assert set(figures) == {"trigger_with_us", "trigger_without_finished_us", "trigger_without_row_triggers_us"}
+    assert all(value > 0 for value in figures.values())
     with psycopg.connect(dsn) as conn:
-        # The run without the trigger dropped it in this database: it is back, as migration 0009 made it.
-        definition = conn.execute(
-            "SELECT pg_get_triggerdef(oid) FROM pg_trigger WHERE tgname = 'jobs_finished'"
-        ).fetchone()
-        assert definition is not None and "AFTER UPDATE OF status" in definition[0]
+        # The runs without them dropped them in this database: they are back, as the migrations made them.
+        definitions = dict(
+            conn.execute(
+                "SELECT tgname, pg_get_triggerdef(oid) FROM pg_trigger"
+                " WHERE tgname IN ('jobs_finished', 'jobs_claim_protocol')"
+            ).fetchall()
+        )
+        assert set(definitions) == {"jobs_finished", "jobs_claim_protocol"}
+        assert all("AFTER UPDATE OF status" in text for text in definitions.values()), definitions
         assert conn.execute("SELECT count(*) FROM jobsup.jobs").fetchone() == (0,)
         options = conn.execute("SELECT reloptions FROM pg_class WHERE oid = 'jobsup.jobs'::regclass").fetchone()
         assert options is not None and not any(o.startswith("autovacuum_enabled") for o in options[0])
