@@ -159,6 +159,8 @@ def test_bad_limit_commands_are_one_line_exit_2_and_write_nothing(dsn, conn):
             (["limit", " k", "--concurrency", "1"], "a kind is a non-empty name"),
             (["limit", "", "--concurrency", "1"], "a kind is a non-empty name"),
             (["limit", "--concurrency", "1"], "name the KIND"),
+            (["limit", "-", "--concurrency", "1"], "'-' is not a kind"),
+            (["enqueue", "-"], "'-' is not a kind (for jobs on standard input: jobsup enqueue --file -)"),
             (["limit", "k", "--reset", "--remove"], "one of them"),
             (["enqueue", "k", "--key", "x" * 201], "over the limit of 200"),
         ],

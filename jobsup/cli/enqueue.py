@@ -10,7 +10,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from jobsup.cli.options import connect, duration, integer, iso_time, job_ids, positive_int
+from jobsup.cli.options import connect, duration, integer, iso_time, job_ids, kind, positive_int
 from jobsup.durations import parse_duration
 from jobsup.errors import EXIT_OK, BadInput
 from jobsup.job import PARENT_FAILURE_POLICIES, EncodedPayload, JobSpec, make_spec
@@ -38,7 +38,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "defaults of the kind's handler, and a kind the app has no handler for "
         "is refused."
     )
-    p.add_argument("kind", nargs="?", metavar="KIND")
+    p.add_argument("kind", nargs="?", metavar="KIND", type=kind)
     p.add_argument("payload", nargs="?", metavar="JSON")
     p.add_argument("--file", metavar="PATH", help="JSON-lines file of jobs, - for standard input")
     p.add_argument(

@@ -6,7 +6,7 @@ import argparse
 import json
 from typing import Any
 
-from jobsup.cli.options import connect
+from jobsup.cli.options import connect, kind
 from jobsup.errors import EXIT_OK, BadInput
 
 HELP = "list limits, or set a kind's concurrency and rate limits on every supervisor"
@@ -30,7 +30,7 @@ def configure(p: argparse.ArgumentParser) -> None:
         "NOTIFY): the values given replace those in force, `none` removes one, and an operator's values "
         "win over what any app declares until --reset."
     )
-    p.add_argument("kind", nargs="?", metavar="KIND", help="the kind to show or change")
+    p.add_argument("kind", nargs="?", metavar="KIND", type=kind, help="the kind to show or change")
     p.add_argument("--concurrency", metavar="N", help="at most N jobs of the kind held at once (none: no limit)")
     p.add_argument("--rate", metavar="R", help="at most R starts of the kind, such as 50/s, 100/m (none: no limit)")
     p.add_argument("--burst", metavar="N", help="with --rate: up to N starts at once after a quiet spell (default 1)")

@@ -89,6 +89,19 @@ def job_ids(text: str) -> list[int]:
     return [job_id(part) for part in text.split(",")]
 
 
+def kind(text: str) -> str:
+    """A KIND argument: anything the queue takes as a kind, except `-`, which a shell user means as
+    standard input (`jobsup enqueue -`), not as a job of kind "-".
+
+    >>> kind("-")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: '-' is not a kind (for jobs on standard input: jobsup enqueue --file -)
+    """
+    if text == "-":
+        raise argparse.ArgumentTypeError("'-' is not a kind (for jobs on standard input: jobsup enqueue --file -)")
+    return text
+
+
 def positive_int(text: str) -> int:
     """A whole number from 1 to 2147483647.
 
