@@ -6,6 +6,7 @@ unfolds), Enter on a job opens the job screen with its parents and children; bot
 from __future__ import annotations
 
 import io
+import re
 
 import psycopg
 import pytest
@@ -13,13 +14,14 @@ from rich.console import Console
 from textual.pilot import Pilot
 from textual.widgets import DataTable
 
-from jobsup import Workflow
+from jobsup import Workflow, client
 from jobsup.db import lifecycle
 from jobsup.monitor import panels
 from jobsup.monitor.app import TopApp
 from jobsup.monitor.screens import JobScreen
 from jobsup.monitor.source import Source
 from jobsup.monitor.workflow_panels import WorkflowScreen
+from jobsup.ops.limits import set_limits
 
 from .console_helpers import app_for, rows, run, screen_text, select, until
 
@@ -265,6 +267,33 @@ def test_the_tab_and_the_tree_fit(conn, dsn, size):
             assert len(lines) == height and all(len(line) <= width for line in lines)
             assert f"workflow {flow.id} · ingest" in text and f"▸ {FANOUT} × parse" in text
             assert "after 49 more" in text and "Esc Close" in lines[-1]
+
+    run(scenario)
+
+
+def test_every_tab_stays_in_the_tab_bar_at_80_columns(conn, dsn):
+    # Seven tabs with their badges (a limit throttles a job, a workflow is open) need 86 columns: the
+    # bar gives up its gaps, then the titles of the tabs not shown, never a tab.
+    set_limits(conn, "charge", "alice@box", concurrency=1)
+    client.enqueue_many(conn, [{"kind": "charge"}] * 2)
+    lifecycle.claim_limited(conn, ["charge"], ["default"], 1, "sup-a", 30)
+    flow = Ingest(conn)
+
+    def bar(text: str) -> str:
+        return next(line for line in text.splitlines() if "[1 Jobs]" in line or "[7 Workflows" in line)
+
+    async def scenario() -> None:
+        app = app_for(dsn)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await until(pilot, lambda: app.figures is not None and app.figures.workflows_listed, message="listed")
+            await pilot.pause(0.1)
+            jobs = bar(await screen_text(pilot))
+            # The Limits tab's badge (one job throttled) and the Workflows tab's (one open), titled or not.
+            assert re.search(r" 6( Limits)? 1 .* 7( Workflows)? 1$", jobs.rstrip()), jobs
+            await pilot.press("7")
+            await until(pilot, lambda: str(flow.id) in rows(app, "workflows"), message="the list")
+            workflows = bar(await screen_text(pilot))
+            assert workflows.rstrip().endswith("[7 Workflows 1]") and " 6 " in workflows, workflows
 
     run(scenario)
 

@@ -285,9 +285,9 @@ class TopApp(App[None]):
         self._follow_workflows()
         view = self._view()
         badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self._panes()]
-        self.main.query_one("#tabbar", Static).update(
-            tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim")
-        )
+        bar = self.main.query_one("#tabbar", Static)
+        width = bar.content_size.width or None  # 0 before the first layout
+        bar.update(tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim", width))
 
     def _follow_workflows(self) -> None:
         """Refreshes read the workflows' list while their tab is in view, and at once when it comes in."""

@@ -202,25 +202,41 @@ class Tabs:
         return self.lower if pinned else self.tab
 
 
-def tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str = "") -> Text:
+def tab_bar(
+    tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str = "", width: int | None = None
+) -> Text:
     """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
+    Wider than `width` (80 columns with seven tabs and their badges), the tabs lose the space between
+    them, then the others than `shown` their titles: every key and badge stays in view.
 
     >>> tabs = [(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")]
     >>> print(tab_bar(tabs, "dead", "reverse").plain)
      1 Jobs  [2 Dead 445]
+    >>> print(tab_bar(tabs, "dead", "reverse", width=20).plain)
+     1 Jobs [2 Dead 445]
+    >>> print(tab_bar(tabs, "dead", "reverse", width=15).plain)
+     1 [2 Dead 445]
     """
+    bar = _tab_bar(tabs, shown, active, inactive, gap=" ", titled=True)
+    if width is not None and bar.cell_len > width:
+        bar = _tab_bar(tabs, shown, active, inactive, gap="", titled=True)
+        if bar.cell_len > width:
+            bar = _tab_bar(tabs, shown, active, inactive, gap="", titled=False)
+    return bar
+
+
+def _tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive: str, gap: str, titled: bool) -> Text:
     out = Text()
     for n, (tab, badge) in enumerate(tabs):
         if n:
-            out.append(" ")
+            out.append(gap)
         style = Style.parse(active if tab.id == shown else inactive or "none") + Style(
             meta={"@click": f"app.show_tab({tab.id!r})"}
         )
         # Brackets too, not only the colour: the shown tab stays plain on a monochrome terminal.
         edges = "[]" if tab.id == shown else "  "
+        title = f" {tab.title}" if titled or tab.id == shown else ""
         out.append(
-            Text.assemble(
-                f"{edges[0]}{tab.key} ", (tab.title, "bold"), f" {badge}" if badge else "", edges[1], style=style
-            )
+            Text.assemble(f"{edges[0]}{tab.key}", (title, "bold"), f" {badge}" if badge else "", edges[1], style=style)
         )
     return out
