@@ -7,7 +7,8 @@
 2. `jobsup start --procs 8 --app examples.demo_app:app` in the background, its log (and the feed's) in
    a directory of this run's own under the temporary directory (TMPDIR), printed at the start and end;
 3. a steady mix of jobs (examples/demo_app.py says what each fate does): most succeed, some fail and
-   retry, some die, some crash their worker, some are slow, a few hang until their timeout;
+   retry, some die, some crash their worker, some are slow, a few hang until their timeout; webhooks
+   and exports held back by their limits; and every few seconds a workflow (resizes, then an album);
 4. `jobsup top` in the foreground. Press r on a dead job to requeue it, q to quit.
 
 Quitting the console stops the feed, sends the supervisor SIGTERM and waits for it (its workers go with
@@ -49,6 +50,7 @@ MIX = [
     (1, "email", {"fate": "doomed"}, 0),
     (10, "webhook", {"fate": "ok", "url": "https://hooks.example/orders"}, 0),
     (0.5, "webhook", {"fate": "doomed", "url": "https://hooks.example/orders"}, 0),
+    (2, "webhook", {"fate": "ok", "url": "https://hooks.example/refunds"}, 0),
     (6, "resize", {"fate": "ok"}, 0),
     (0.7, "resize", {"fate": "crash"}, 0),
     (0.3, "resize", {"fate": "crash", "always": True}, 0),
@@ -70,19 +72,33 @@ def jobsup(*args: str) -> list[str]:
     return [sys.executable, "-m", "jobsup", *args]
 
 
+CUSTOMERS = ["acme", "globex", "initech"]  # a webhook's key: one delivery at a time to each
+ALBUM_EVERY = 40  # rounds of the feed (8 s) between two workflows
+
+
 def feed(dsn: str, stop: threading.Event, log) -> None:
-    """Enqueue JOBS_PER_SECOND jobs a second, in five batches, until told to stop."""
+    """Enqueue JOBS_PER_SECOND jobs a second, in five batches, and a workflow every ALBUM_EVERY
+    batches, until told to stop."""
     rng = random.Random()
     weights = [m[0] for m in MIX]
     conn = None
+    rounds = 0
     while not stop.wait(0.2):
         try:
             if conn is None or conn.closed:
                 conn = psycopg.connect(dsn, autocommit=True, connect_timeout=5)
             batch = []
             for _weight, kind, payload, delay in rng.choices(MIX, weights, k=JOBS_PER_SECOND // 5):
+                if kind == "webhook":
+                    payload = {**payload, "customer": rng.choice(CUSTOMERS)}
                 batch.append({"kind": kind, "payload": payload, "delay": delay})
             app.enqueue_many(conn, [app.spec(job) for job in batch])
+            if rounds % ALBUM_EVERY == 0:
+                album = app.workflow(f"album {rounds // ALBUM_EVERY + 1}")
+                photos = [album.add("resize", {"fate": "ok", "photo": n}) for n in range(4)]
+                album.add("album", after=photos)
+                album.enqueue(conn)
+            rounds += 1
         except psycopg.Error as exc:  # the database went away: try again on the next round
             print(f"feed: {exc}".strip(), file=log, flush=True)
             conn = None

@@ -9,6 +9,10 @@ kind of trouble at a known rate:
     crash    kills its own worker with os._exit: the pool replaces the worker, the attempt fails
     slow     takes a few seconds (reports, in their own queue)
     hang     never returns: the supervisor terminates it at the handler's timeout
+
+Two kinds have limits, held by the database (the console's Limits tab, `jobsup limit`): webhooks start at
+most 3 a second, one at a time per customer; exports run one at a time. Every few seconds the feed
+enqueues a workflow: four resizes, then an album after all of them (the Workflows tab).
 """
 
 from __future__ import annotations
@@ -36,7 +40,15 @@ def email(job: Job) -> None:
         raise ConnectionError("SMTPRecipientsRefused: 550 mailbox unavailable")
 
 
-@app.handler("webhook", max_attempts=3)
+# A customer's endpoint takes one delivery at a time, and all of them together at most 3 a second.
+@app.handler(
+    "webhook",
+    max_attempts=3,
+    rate="3/s",
+    burst=3,
+    key=lambda payload: payload.get("customer", "anyone"),
+    key_concurrency=1,
+)
 def webhook(job: Job) -> None:
     _pause(job, 0.02, 0.2)
     if job.payload.get("fate") == "doomed":
@@ -56,9 +68,14 @@ def report(job: Job) -> None:
     _pause(job, 2.0, 6.0)
 
 
-@app.handler("export", timeout=3, max_attempts=2)
+@app.handler("export", timeout=3, max_attempts=2, concurrency=1)  # one export at a time
 def export(job: Job) -> None:
     if job.payload.get("fate") == "hang":
         while True:
             time.sleep(1)
     _pause(job, 0.2, 1.0)
+
+
+@app.handler("album")
+def album(job: Job) -> None:  # the fan-in of a workflow: runs once all its resizes have finished
+    _pause(job, 0.1, 0.3)
