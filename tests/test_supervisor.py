@@ -395,6 +395,13 @@ def test_a_count_of_repeats_reads_as_a_sentence_in_text():
     ), lines[2]
 
 
+def test_the_worker_builds_each_job_in_the_order_of_jobs_fields():
+    from jobsup.job import Job
+    from jobsup.supervisor.worker import JOB_FIELDS
+
+    assert Job._fields == JOB_FIELDS  # the worker builds a Job from a tuple: a field added or moved breaks it
+
+
 def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pipes():
     """The dispatcher sends short jobs several at a time by the run time the worker reports: a time
     measured from the supervisor's side would count the pipes, milliseconds on a loaded machine."""

@@ -63,7 +63,7 @@ def _claim_op(
     kinds: Collection[str] | None,
 ) -> Op:
     def parse(rows: list[tuple]) -> list[Job]:
-        jobs = [Job(*row) for row in rows]
+        jobs = list(map(Job._make, rows))  # the columns of Job in its order
         jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))  # UPDATE ... RETURNING keeps no order
         return jobs
 

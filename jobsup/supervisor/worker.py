@@ -253,9 +253,31 @@ def job_fields(job) -> tuple:
     )
 
 
+# The fields of jobsup.Job in its order, as the worker builds each job from a tuple of them (a test
+# holds the two together).
+JOB_FIELDS = (
+    "id",
+    "kind",
+    "payload",
+    "queue",
+    "attempts",
+    "max_attempts",
+    "priority",
+    "run_at",
+    "created_at",
+    "snoozes",
+    "errors",
+    "started_at",
+    "key",
+    "meta",
+)
+
+
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
     from jobsup.errors import JobsupError
     from jobsup.job import Job
+
+    make_job = Job._make
     from jobsup.supervisor.wire import Reader, send
 
     fd = outbox.fileno()
@@ -306,19 +328,25 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
         for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key, meta in message[1]:
-            job = Job(
-                id=job_id,
-                kind=kind,
-                payload=None if payload is None else json.loads(payload),
-                queue=queue,
-                attempts=attempts,
-                max_attempts=max_attempts,
-                priority=priority,
-                snoozes=snoozes,
-                errors=json.loads(errors) if errors else [],
-                key=key,
-                # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
-                meta=json.loads(meta) if type(meta) is str else meta,
+            # In Job's order (JOB_FIELDS): built from a tuple, a third of the time keywords take.
+            job = make_job(
+                (
+                    job_id,
+                    kind,
+                    None if payload is None else json.loads(payload),
+                    queue,
+                    attempts,
+                    max_attempts,
+                    priority,
+                    None,  # run_at, created_at: not sent
+                    None,
+                    snoozes,
+                    json.loads(errors) if errors else [],
+                    None,  # started_at
+                    key,
+                    # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
+                    json.loads(meta) if type(meta) is str else meta,
+                )
             )
             started = time.perf_counter()
             answer = runner.run(job)
