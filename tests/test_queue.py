@@ -318,7 +318,6 @@ def test_upcoming_lists_future_run_ats_of_every_priority_soonest_first(conn):
     client.enqueue(conn, "k", run_at=at[5], priority=7, queue="elsewhere")  # a queue not asked about
     client.enqueue(conn, "k", priority=9)  # ready now: not upcoming
     running = client.enqueue(conn, "k", run_at=now + timedelta(hours=1))
-    conn.execute("SELECT set_config('jobsup.claim_protocol', '8', false)")  # a claim's, as the schema asks
     conn.execute("UPDATE jobsup.jobs SET status = 'running' WHERE id = %s", [running])
 
     epochs = [at[n].timestamp() for n in (1, 2, 3, 4)]

@@ -31,12 +31,11 @@
 -- such jobs where they stand ahead of its own; `jobsup doctor` and `jobsup check` name them.
 --
 -- Jobs of limited kinds are not in the ready index (`NOT limited` lets the scans use it): claim_limited
--- (migration 0008) takes them. `protocol` says this claim knows that: the schema refuses a claim that
--- does not (the trigger jobs_claim_protocol), which is how a supervisor of an earlier release learns it
--- must not claim. It is a join, so it is evaluated before the first row is updated.
-WITH protocol AS MATERIALIZED (
-    SELECT set_config('jobsup.claim_protocol', '8', true)
-), picked AS (
+-- (migration 0008) takes them, and says which claim protocol it speaks, as the trigger
+-- jobs_claim_protocol requires of a claim of a limited job. This claim takes none, so it says nothing:
+-- a job marked limited after this statement's snapshot is locked FOR UPDATE and rechecked against the
+-- new row, and passed over (one still being marked is locked, and skipped).
+WITH picked AS (
     SELECT c.id
     FROM unnest(%(queues)s::text[], %(after_priorities)s::int[], %(after_run_ats)s::timestamptz[],
                 %(after_ids)s::bigint[]) AS q(name, after_priority, after_run_at, after_id)
@@ -87,7 +86,7 @@ WITH protocol AS MATERIALIZED (
 UPDATE jobsup.jobs j
 SET status = 'running', attempts = j.attempts + 1, locked_by = %(locked_by)s,
     locked_until = now() + make_interval(secs => %(lease)s::float8), started_at = now()
-FROM picked, protocol
+FROM picked
 WHERE j.id = picked.id
 -- The columns of jobsup.job.Job, in its order. errors is NULL for a job with no history (most of them),
 -- so the client decodes no JSON for it.
