@@ -448,3 +448,17 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     # The job after it waited in the worker's hand-out while the first ran: not counted as its time.
     assert ran[1] < 0.3, ran
     assert answers[2].error.startswith("RuntimeError: raised on attempt 1"), answers[2]
+
+
+def test_the_worker_reads_a_jsonb_columns_text_as_json_loads_does():
+    import json
+
+    from jobsup.supervisor.worker import column_json
+
+    texts = ["{}", "[]", '{"a": 1}', '{"k": "é\\u00e9\\n", "n": [1, -2.5e3, 12345678901234567890, null, true]}', '"s"']
+    texts += [" {} ", "1 ", "\t[1]\n"]  # not what PostgreSQL writes: json.loads reads them
+    for text in texts:
+        assert column_json(text) == json.loads(text), text
+    for bad in ["", "{", "{} x", "nope", "[1,]"]:
+        with pytest.raises(json.JSONDecodeError):
+            column_json(bad)

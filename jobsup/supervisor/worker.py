@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from json.scanner import make_scanner
 from multiprocessing.connection import Connection
 
 from jobsup import middleware
@@ -253,6 +254,32 @@ def job_fields(job) -> tuple:
     )
 
 
+# What json.loads runs, in C (typeshed takes its argument for a scanner; it is the decoder whose
+# settings it copies).
+_scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+
+
+def column_json(text: str):  # -> the value
+    """json.loads of the text of a jsonb column, in a fifth to a half of its time: PostgreSQL writes it
+    with no whitespace around it, so the C scanner alone reads it, without the Python json.loads runs
+    around that (0.5 µs a payload: a tenth of a no-op job's time in its worker). Any other text goes
+    to json.loads, which reads it or says what is wrong with it.
+
+    >>> column_json('{"a": [1, 2.5, null]}'), column_json(' [1] '), column_json('1')
+    ({'a': [1, 2.5, None]}, [1], 1)
+    >>> column_json('')
+    Traceback (most recent call last):
+    json.decoder.JSONDecodeError: Expecting value: line 1 column 1 (char 0)
+    """
+    try:
+        value, end = _scan_json(text, 0)
+    except (StopIteration, ValueError):
+        end = -1
+    if end != len(text):
+        return json.loads(text)
+    return value
+
+
 # The fields of jobsup.Job in its order, as the worker builds each job from a tuple of them (a test
 # holds the two together).
 JOB_FIELDS = (
@@ -333,7 +360,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                 (
                     job_id,
                     kind,
-                    None if payload is None else json.loads(payload),
+                    None if payload is None else column_json(payload),
                     queue,
                     attempts,
                     max_attempts,
@@ -341,11 +368,11 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
                     None,  # run_at, created_at: not sent
                     None,
                     snoozes,
-                    json.loads(errors) if errors else [],
+                    column_json(errors) if errors else [],
                     None,  # started_at
                     key,
                     # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
-                    json.loads(meta) if type(meta) is str else meta,
+                    column_json(meta) if type(meta) is str else meta,
                 )
             )
             started = time.perf_counter()
