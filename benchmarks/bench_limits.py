@@ -1,7 +1,7 @@
 """What limits cost: one supervisor of --procs 8 on a real PostgreSQL, draining no-op jobs.
 
     .venv/bin/python -m benchmarks.bench_limits [--dsn DSN] [--runs 4] [--limit 64] [--kinds noop,sleep_1ms]
-        [--only limited,backlog] [--backlog 1000000] [--json PATH]
+        [--only limited,backlog,claim] [--backlog 1000000] [--json PATH]
 
   - limited: 20,000 jobs of each of --kinds (the bench app's: noop does nothing, sleep_1ms sleeps 1 ms)
     without a limit, then with a concurrency limit of --limit (64), in alternating order, one pair per
@@ -10,6 +10,9 @@
   - backlog: the same drain of no-op jobs without, then with --backlog jobs of another kind throttled at
     its limit of 2 (both slots held by jobs that never end), then without again (the backlog deleted):
     the drain rate with the backlog over the median of the runs around it.
+  - claim: the claim of limited jobs alone, on one connection set up as a supervisor's (a custom plan
+    per statement): 1, 10 and 100 jobs of a kind with 200,000 ready and room for all of them, 15 times
+    each per run, before the supervisor starts; median milliseconds.
 
 The cost of limits to kinds that have none, against the release before them, is the supervisor
 benchmark run beside that release (docs/performance.md): limits change its claim by one filter.
@@ -35,10 +38,13 @@ sys.path.insert(0, str(ROOT))
 from benchmarks import scratch
 from benchmarks.bench_supervisor import bench_parser
 from jobsup import client
+from jobsup.db import lifecycle
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.ops import bench, limits
 
 NOOP_JOBS = 20_000
+CLAIM_KIND = "claim_bench"  # no handler in the bench app: the supervisor leaves its jobs alone
+CLAIM_READY = 200_000
 HOLDER = "bench-limits:holder"  # the locked_by of the jobs that hold the backlog kind's slots
 
 
@@ -147,12 +153,37 @@ def with_backlog(conn: psycopg.Connection, sup: psutil.Process, runs: int, backl
     }
 
 
+def claim_times(conn: psycopg.Connection, runs: int) -> dict[str, float]:
+    """claim_limited of 1, 10 and 100 jobs of a kind with CLAIM_READY ready and room for all: median ms."""
+    limits.set_limits(conn, CLAIM_KIND, "bench", concurrency=1_000_000)
+    conn.execute("INSERT INTO jobsup.jobs (kind) SELECT %s FROM generate_series(1, %s)", [CLAIM_KIND, CLAIM_READY])
+    conn.execute("VACUUM ANALYZE jobsup.jobs")
+    times: dict[int, list[float]] = {1: [], 10: [], 100: []}
+    with psycopg.connect(conn.info.dsn, autocommit=True, options="-c plan_cache_mode=force_custom_plan") as claimer:
+        for _ in range(runs):
+            for want, took in times.items():
+                for _ in range(15):
+                    started = time.perf_counter()
+                    jobs, _ = lifecycle.claim_limited(claimer, [CLAIM_KIND], ["default"], want, "bench-limits", 30)
+                    took.append(time.perf_counter() - started)
+                    assert len(jobs) == want
+    conn.execute("DELETE FROM jobsup.jobs WHERE kind = %s", [CLAIM_KIND])
+    limits.set_limits(conn, CLAIM_KIND, "bench", concurrency=None)
+    medians = {want: statistics.median(took) * 1000 for want, took in times.items()}
+    print(
+        f"claim of limited jobs, {CLAIM_READY:,} ready: "
+        + ", ".join(f"{want} in {ms:.2f} ms" for want, ms in medians.items()),
+        flush=True,
+    )
+    return {f"claim_{want}_ms": ms for want, ms in medians.items()}
+
+
 def main() -> int:
     parser = bench_parser(__doc__, 4)
     parser.add_argument(
         "--backlog", type=int, default=1_000_000, help="jobs throttled by the limit (default 1,000,000)"
     )
-    parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog")
+    parser.add_argument("--only", default="limited,backlog", help="comma-separated subset of limited,backlog,claim")
     parser.add_argument("--limit", type=int, default=64, help="the concurrency limit of the limited runs (default 64)")
     parser.add_argument(
         "--kinds", default="noop,sleep_1ms", help="the kinds the limited runs drain (default noop,sleep_1ms)"
@@ -164,16 +195,19 @@ def main() -> int:
         return 2
     figures: dict[str, float] = {}
     with scratch.empty(args.dsn, "jobsup-bench-limits-") as dsn, psycopg.connect(dsn, autocommit=True) as conn:
-        process, sup = start_supervisor(dsn, args.procs)
-        try:
-            if "limited" in args.only:
-                for kind in kinds:
-                    figures.update(limited_vs_unlimited(conn, sup, args.runs, args.limit, kind))
-            if "backlog" in args.only:
-                figures.update(with_backlog(conn, sup, max(2, args.runs // 2), args.backlog))
-        finally:
-            process.terminate()
-            process.wait(60)
+        if "claim" in args.only:  # before the supervisor starts: nothing else on the server
+            figures.update(claim_times(conn, args.runs))
+        if "limited" in args.only or "backlog" in args.only:
+            process, sup = start_supervisor(dsn, args.procs)
+            try:
+                if "limited" in args.only:
+                    for kind in kinds:
+                        figures.update(limited_vs_unlimited(conn, sup, args.runs, args.limit, kind))
+                if "backlog" in args.only:
+                    figures.update(with_backlog(conn, sup, max(2, args.runs // 2), args.backlog))
+            finally:
+                process.terminate()
+                process.wait(60)
     for name, value in figures.items():
         print(f"{name}: {value:,.3f}")
     if args.json:
