@@ -303,9 +303,9 @@ JOB_FIELDS = (
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
     from jobsup.errors import JobsupError
     from jobsup.job import Job
+    from jobsup.supervisor.wire import Reader, send
 
     make_job = Job._make
-    from jobsup.supervisor.wire import Reader, send
 
     fd = outbox.fileno()
     reader = Reader(inbox.fileno())
