@@ -14,8 +14,8 @@
     per statement): 1, 10 and 100 jobs of a kind with 200,000 ready and room for all of them, 15 times
     each per run, before the supervisor starts; median milliseconds.
 
-The cost of limits to kinds that have none, against the release before them, is the supervisor
-benchmark run beside that release (docs/performance.md): limits change its claim by one filter.
+The cost of limits to kinds that have none, against the release before them, is
+benchmarks/bench_beside.py run beside that release (docs/performance.md).
 """
 
 from __future__ import annotations

@@ -3,62 +3,18 @@ embedded PostgreSQL of its own, until a person presses q."""
 
 from __future__ import annotations
 
-import fcntl
 import os
-import pty
-import select
-import struct
-import subprocess
 import sys
-import termios
-import time
 
 import psycopg
 import pytest
 
 from jobsup.db import embedded
 
-from .helpers import ROOT, wait_for
+from .helpers import wait_for
+from .terminal import Terminal
 
 pytestmark = pytest.mark.slow  # a database, a supervisor of 8 workers and the console
-
-
-class Terminal:
-    """A process on a pseudo-terminal of 80×24 that is its controlling terminal, as a shell gives it."""
-
-    def __init__(self, args: list[str], env: dict[str, str]) -> None:
-        self.master, slave = pty.openpty()
-        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-
-        def own_terminal() -> None:
-            os.setsid()
-            fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-        self.proc = subprocess.Popen(
-            args, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env, preexec_fn=own_terminal
-        )
-        os.close(slave)
-        self.seen = b""
-
-    def read(self, timeout: float = 0.2) -> None:
-        """What it wrote meanwhile; reading on keeps a console that draws from blocking on a full pty."""
-        if select.select([self.master], [], [], timeout)[0]:
-            try:
-                self.seen += os.read(self.master, 65536)
-            except OSError:  # it closed the terminal
-                pass
-
-    def wait_for(self, text: bytes, timeout: float) -> None:
-        deadline = time.monotonic() + timeout
-        while text not in self.seen and time.monotonic() < deadline and self.proc.poll() is None:
-            self.read()
-        assert text in self.seen, self.seen[-2000:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        os.close(self.master)
 
 
 def test_the_demo_shows_limits_and_workflows_and_leaves_nothing_running_after_q(tmp_path):
@@ -90,12 +46,7 @@ def test_the_demo_shows_limits_and_workflows_and_leaves_nothing_running_after_q(
                 " WHERE a.kind = 'album' AND a.status = 'done' GROUP BY a.id ORDER BY a.id LIMIT 1"
             ).fetchall()
             assert first <= last  # the album started after the last of its resizes finished
-        os.write(demo.master, b"q")
-        deadline = time.monotonic() + 60
-        while demo.proc.poll() is None and time.monotonic() < deadline:
-            demo.read()
-        demo.read(0.5)
-        assert demo.proc.wait(timeout=5) == 0, demo.seen[-2000:]
+        assert demo.quit(b"q", timeout=60) == 0, demo.seen[-2000:]
     finally:
         demo.close()
         left = embedded.running_dsn(data_dir, wait=0)

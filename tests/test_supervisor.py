@@ -396,10 +396,28 @@ def test_a_count_of_repeats_reads_as_a_sentence_in_text():
 
 
 def test_the_worker_builds_each_job_in_the_order_of_jobs_fields():
-    from jobsup.job import Job
-    from jobsup.supervisor.worker import JOB_FIELDS
+    # The worker builds a Job from a tuple in its fields' order: a field added or moved must not shift
+    # what a handler sees. What the supervisor sends (JSON as text) comes back as the handler's Job.
+    from datetime import UTC, datetime
 
-    assert Job._fields == JOB_FIELDS  # the worker builds a Job from a tuple: a field added or moved breaks it
+    from jobsup.job import Job
+    from jobsup.supervisor.worker import job_fields, job_of
+
+    now = datetime.now(UTC)
+    sent = Job(7, "k", '{"a": 1}', "q", 2, 5, 3, now, now, 1, '[{"attempt": 1}]', now, "acct", '{"t": "x"}')
+    assert job_of(job_fields(sent)) == Job(
+        id=7,
+        kind="k",
+        payload={"a": 1},
+        queue="q",
+        attempts=2,
+        max_attempts=5,
+        priority=3,
+        snoozes=1,
+        errors=[{"attempt": 1}],
+        key="acct",
+        meta={"t": "x"},
+    )
 
 
 def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pipes():

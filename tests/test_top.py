@@ -956,60 +956,17 @@ def test_ctrl_c_quits():
 
 def test_the_console_draws_on_the_terminal_when_stderr_is_redirected(dsn, tmp_path):
     """`jobsup top 2>file`: the screen is still drawn on the terminal, the file gets none of it."""
-    import fcntl
-    import pty
-    import struct
-    import termios
-
-    master, slave = pty.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 80, 0, 0))
-
-    def own_terminal() -> None:  # the pty as the controlling terminal, as a shell's child has its own
-        os.setsid()
-        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    from .terminal import Terminal
 
     errors = tmp_path / "stderr"
     env = {**os.environ, "TERM": "xterm-256color"}
     with errors.open("w") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "jobsup", "top", "--dsn", dsn],
-            stdin=slave,
-            stdout=slave,
-            stderr=err,
-            cwd=ROOT,
-            env=env,
-            preexec_fn=own_terminal,
-        )
-    os.close(slave)
-    seen = b""
+        top = Terminal([sys.executable, "-m", "jobsup", "top", "--dsn", dsn], env, stderr=err)
     try:
-        deadline = time.monotonic() + 30
-        while b"supervisors" not in seen and time.monotonic() < deadline:
-            import select as selectors
-
-            ready, _, _ = selectors.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    seen += os.read(master, 65536)
-                except OSError:
-                    break
-        assert b"supervisors" in seen, (seen[-500:], errors.read_text()[-500:])
-        os.write(master, b"q")
-        # Read on while it quits: what it draws last (and the terminal's restore) can fill the pty's
-        # buffer, and a console blocked writing to it never exits.
-        deadline = time.monotonic() + 30
-        while proc.poll() is None and time.monotonic() < deadline:
-            if selectors.select([master], [], [], 0.2)[0]:
-                try:
-                    os.read(master, 65536)
-                except OSError:
-                    break
-        assert proc.wait(timeout=5) == 0
+        top.wait_for(b"supervisors", timeout=30)
+        assert top.quit(b"q", timeout=30) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        os.close(master)
+        top.close()
     assert "\x1b[" not in errors.read_text()
 
 

@@ -27,7 +27,7 @@ from multiprocessing.connection import Connection
 
 from jobsup import middleware
 from jobsup.errors import NoHandler, ReturnValueError
-from jobsup.job import encoded_json
+from jobsup.job import Job, encoded_json
 from jobsup.middleware import RunOutcome
 from jobsup.outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
 
@@ -257,6 +257,7 @@ def job_fields(job) -> tuple:
 # What json.loads runs, in C (typeshed takes its argument for a scanner; it is the decoder whose
 # settings it copies).
 _scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
+_make_job = Job._make
 
 
 def column_json(text: str):  # -> the value
@@ -280,32 +281,34 @@ def column_json(text: str):  # -> the value
     return value
 
 
-# The fields of jobsup.Job in its order, as the worker builds each job from a tuple of them (a test
-# holds the two together).
-JOB_FIELDS = (
-    "id",
-    "kind",
-    "payload",
-    "queue",
-    "attempts",
-    "max_attempts",
-    "priority",
-    "run_at",
-    "created_at",
-    "snoozes",
-    "errors",
-    "started_at",
-    "key",
-    "meta",
-)
+def job_of(fields: tuple) -> Job:
+    """The Job a handler sees, from what job_fields() sent of it: its JSON texts read, in Job's order
+    (built from a tuple, in a third of the time keywords take)."""
+    job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key, meta = fields
+    return _make_job(
+        (
+            job_id,
+            kind,
+            None if payload is None else column_json(payload),
+            queue,
+            attempts,
+            max_attempts,
+            priority,
+            None,  # run_at, created_at: not sent
+            None,
+            snoozes,
+            column_json(errors) if errors else [],
+            None,  # started_at
+            key,
+            # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
+            column_json(meta) if type(meta) is str else meta,
+        )
+    )
 
 
 def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
     from jobsup.errors import JobsupError
-    from jobsup.job import Job
     from jobsup.supervisor.wire import Reader, send
-
-    make_job = Job._make
 
     fd = outbox.fileno()
     reader = Reader(inbox.fileno())
@@ -354,27 +357,8 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
             continue
         # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
         # one runs: the first it has no answer for.
-        for job_id, kind, payload, queue, attempts, max_attempts, priority, snoozes, errors, key, meta in message[1]:
-            # In Job's order (JOB_FIELDS): built from a tuple, a third of the time keywords take.
-            job = make_job(
-                (
-                    job_id,
-                    kind,
-                    None if payload is None else column_json(payload),
-                    queue,
-                    attempts,
-                    max_attempts,
-                    priority,
-                    None,  # run_at, created_at: not sent
-                    None,
-                    snoozes,
-                    column_json(errors) if errors else [],
-                    None,  # started_at
-                    key,
-                    # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
-                    column_json(meta) if type(meta) is str else meta,
-                )
-            )
+        for fields in message[1]:
+            job = job_of(fields)
             started = time.perf_counter()
             answer = runner.run(job)
             ran = time.perf_counter() - started
