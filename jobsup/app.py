@@ -38,6 +38,11 @@ class Handler:
     max_snoozes: int | None = None  # None: jobsup.outcomes.MAX_SNOOZES
     limits: Limits = Limits()  # what this app declares for the kind; the database holds what is in force
     key: KeyFunc | None = None  # a job's key from its payload, when the enqueue gives none
+    # Its jobs may share a worker process with other shared jobs (async handlers as tasks on the
+    # worker's event loop, sync ones in its threads); False: each runs alone in a process.
+    shared: bool = False
+    # The most of this kind's jobs one process runs at once (shared handlers only); None: --capacity.
+    per_process: int | None = None
 
     @property
     def is_async(self) -> bool:
@@ -73,6 +78,30 @@ class App:
         self.handlers: dict[str, Handler] = {}
         self.schedules: dict[str, Schedule] = {}
         self.middleware = Middleware()
+        # Run once in each worker process: after the app is imported, before its first job (start), and
+        # when it exits cleanly (stop). Sync functions or coroutine functions (run on the worker's loop).
+        self.worker_start: list[Callable[[], Any]] = []
+        self.worker_stop: list[Callable[[], Any]] = []
+
+    def on_worker_start(self, func: Callable[[], Any]) -> Callable[[], Any]:
+        """Register `func()` (sync or async) to run once in every worker process, after the app is
+        imported and before its first job: the place for what each process opens once (a database
+        pool, an HTTP client, a tracer provider), rather than the app module, which every process that
+        imports it (a web server, a test) runs too. An async one runs on the worker's event loop, the
+        one that shared async jobs run on. A start function that raises stops the worker from starting."""
+        if not callable(func):
+            raise BadInput(f"on_worker_start takes a function, not {func!r}")
+        self.worker_start.append(func)
+        return func
+
+    def on_worker_stop(self, func: Callable[[], Any]) -> Callable[[], Any]:
+        """Register `func()` (sync or async) to run when a worker process exits cleanly (recycled, or
+        stopped by a graceful shutdown): close what on_worker_start opened. A worker that is killed
+        (a crash, a timeout, a hard stop) runs none."""
+        if not callable(func):
+            raise BadInput(f"on_worker_stop takes a function, not {func!r}")
+        self.worker_stop.append(func)
+        return func
 
     def enqueue_middleware(self, func: EnqueueMiddleware) -> EnqueueMiddleware:
         """Register `func(spec, meta)`, called for every job enqueued through this app (its enqueue
@@ -104,11 +133,20 @@ class App:
         key_concurrency: int | None = None,
         key_rate: str | None = None,
         key_burst: int | None = None,
+        shared: bool = False,
+        per_process: int | None = None,
     ) -> Callable[[HandlerFunc], HandlerFunc]:
         """Register the handler of `kind`. Its limits hold across every supervisor: at most
         `concurrency` of its jobs held at once, at most `rate` started ("100/s", "50/m"; `burst` at
         once), and the same per key (`key_concurrency`, `key_rate`, `key_burst`), a job's key being
-        what its enqueue gives (key="account-42") or what `key` computes from its payload."""
+        what its enqueue gives (key="account-42") or what `key` computes from its payload.
+
+        `shared=True` lets its jobs share a worker process with other shared jobs (up to the
+        supervisor's --capacity at once; `per_process` caps this kind's share of one process): async
+        handlers run as tasks on the worker's event loop, sync ones in its threads. For jobs that wait
+        (HTTP calls, mail, payment APIs). Without it each job runs alone in a process, as a CPU-bound or
+        crash-prone handler should. `per_process` counts in one process; `concurrency` counts across
+        every supervisor."""
         if not isinstance(kind, str) or not kind:
             raise BadInput("a handler needs a kind: a non-empty string")
         if max_snoozes is not None and (
@@ -128,10 +166,27 @@ class App:
         )
         if key is not None and not callable(key):
             raise BadInput(f"key of handler {kind!r} must be a function of the payload, not {key!r}")
+        if not isinstance(shared, bool):
+            raise BadInput(f"shared of handler {kind!r} is True or False, not {shared!r}")
+        if per_process is not None:
+            if isinstance(per_process, bool) or not isinstance(per_process, int) or per_process < 1:
+                raise BadInput(f"per_process of handler {kind!r} must be a whole number >= 1, not {per_process!r}")
+            if not shared:
+                raise BadInput(f"per_process of handler {kind!r} caps jobs that share a process: add shared=True")
 
         def register(func: HandlerFunc) -> HandlerFunc:
             self.handlers[kind] = Handler(
-                kind, func, max_attempts, timeout, queue, priority, max_snoozes, limits=limits, key=key
+                kind,
+                func,
+                max_attempts,
+                timeout,
+                queue,
+                priority,
+                max_snoozes,
+                limits=limits,
+                key=key,
+                shared=shared,
+                per_process=per_process,
             )
             return func
 

@@ -31,6 +31,7 @@ This module imports nothing beyond jobsup's ground modules: every enqueue and ev
 
 from __future__ import annotations
 
+import contextvars
 import inspect
 import os
 import warnings
@@ -171,7 +172,9 @@ def run_chain(app: App) -> list[tuple[str, RunMiddleware]]:
     return process().run + app.middleware.run
 
 
-_attempt: Attempt | None = None  # the attempt this process runs now: a worker runs one at a time
+# The attempt running in this context: a task or thread of its own for each job that shares a worker
+# process, the process for one that runs alone.
+_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("jobsup_attempt", default=None)
 
 
 class Attempt:
@@ -189,8 +192,7 @@ class Attempt:
     def enter(self) -> tuple[str, BaseException] | None:
         """Run each middleware up to its yield; the name and exception of one that raised (the rest are
         not started), or None."""
-        global _attempt
-        _attempt = self
+        _attempt.set(self)
         for name, func in self.chain:
             try:
                 steps = func(self.job)
@@ -216,12 +218,12 @@ class Attempt:
         return name, RuntimeError(f"run middleware {name} yielded more than once")
 
     def close(self) -> None:
-        global _attempt
-        if _attempt is self:
-            _attempt = None
+        if _attempt.get() is self:
+            _attempt.set(None)
 
 
 def note_trace(trace_id: str, span_id: str) -> None:
     """Give the attempt running now its trace and span (hex), for the supervisor's log lines about it."""
-    if _attempt is not None:
-        _attempt.trace = (trace_id, span_id)
+    attempt = _attempt.get()
+    if attempt is not None:
+        attempt.trace = (trace_id, span_id)

@@ -23,6 +23,14 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
         None,
     ),
     ("--procs", "int", "worker processes; by default the cores, at most 8", None),
+    (
+        "--capacity",
+        "int",
+        "jobs one worker process runs at once, of handlers declared shared=True (async ones as tasks, "
+        "sync ones in threads); every other job runs alone in a process. Per process, unlike "
+        "`jobsup limit --concurrency`, which counts across every supervisor",
+        None,
+    ),
     ("--queues", "text", "comma-separated queues to work", None),
     ("--batch", "int", "most jobs claimed in one statement", None),
     (
@@ -39,6 +47,12 @@ FLAGS: list[tuple[str, str, str, tuple[str, ...] | None]] = [
         None,
     ),
     ("--timeout", "duration", "a job's time limit when its handler sets none; its worker is then terminated", None),
+    (
+        "--loop-block-limit",
+        "duration",
+        "recycle a worker whose event loop a shared job blocks for longer than this (reported after 1s)",
+        None,
+    ),
     ("--shutdown-timeout", "duration", "on SIGTERM, SIGHUP or Ctrl-C, how long running jobs may finish", None),
     ("--reap-interval", "duration", "how often the reaper looks for expired leases", None),
     ("--poll-interval", "duration", "the safety-net poll when no NOTIFY arrives", None),

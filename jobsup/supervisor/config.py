@@ -25,6 +25,13 @@ class Config:
     django: str = ""  # a Django settings module: workers run the project's tasks (jobsup.django)
     procs: int = min(8, os.cpu_count() or 2)
     queues: tuple[str, ...] = ("default",)
+    # Jobs one worker process runs at once, of the handlers declared shared=True (tasks on its event loop,
+    # or its threads); a job of any other handler runs alone in a process. Per process: the limits of
+    # `jobsup limit KIND --concurrency` count across every supervisor instead.
+    capacity: int = 100
+    # A process whose event loop a shared job blocks (a sync call inside an async def) for longer than
+    # this is recycled; the watchdog reports a block after a second.
+    loop_block_limit: float = 10.0
     # Most jobs one claim statement takes. Under a deep backlog of short jobs the supervisor claims back
     # to back and its rate is about batch / claim time; a claim's cost is mostly per row, but its round
     # trip, plan and commit are not: 300 drained 100,000 no-op jobs ~30% faster than 100 here. The rate
@@ -68,6 +75,8 @@ class Config:
             app=args.app or "",
             django=args.django or "",
             procs=int(args.procs),
+            capacity=int(args.capacity),
+            loop_block_limit=float(args.loop_block_limit),
             queues=queues,
             batch=int(args.batch),
             prefetch=int(args.prefetch),
@@ -105,7 +114,16 @@ class Config:
             raise BadInput("--queues names no queue")
         if self.prefetch < 0 or self.max_jobs_per_proc < 0 or self.max_memory_mb < 0:
             raise BadInput("--prefetch, --max-jobs-per-proc and --max-memory cannot be negative")
-        for name in ("timeout", "reap_interval", "poll_interval", "heartbeat_interval", "prune_interval"):
+        if self.capacity < 1:
+            raise BadInput(f"--capacity must be a whole number of at least 1, not {self.capacity}")
+        for name in (
+            "timeout",
+            "loop_block_limit",
+            "reap_interval",
+            "poll_interval",
+            "heartbeat_interval",
+            "prune_interval",
+        ):
             if getattr(self, name) <= 0:
                 raise BadInput(f"--{name.replace('_', '-')} must be more than 0")
         if self.lease < LEASE_MIN:  # 0 too: the floor is what the user needs to know

@@ -28,7 +28,7 @@ from jobsup.job import Job
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
-from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
+from jobsup.supervisor.keeper import INTERRUPTED, TOOK_ITS_PROCESS, Keeper, Worker
 from jobsup.supervisor.keys import ClaimKeys
 from jobsup.supervisor.limits import RETRY as RETRY_DECLARATION
 from jobsup.supervisor.limits import Declaration
@@ -74,6 +74,17 @@ KNOWN_RUN_ATS = 10_000
 _ALIKE = ("kind", "error")
 # How long before a rate's next start its supervisor wakes to claim it (claim_limited waits the rest).
 RATE_WAKE_AHEAD = 0.010
+# Jobs that share processes are claimed once this share of their room is free (a claim for each job
+# that ends would cost a commit each), or once a whole --batch is.
+SHARED_CLAIM_SHARE = 0.1
+# The crash rule of jobs that share a process: a job whose process died under it, with neighbours and
+# no way to tell which of them crashed it, runs again (the same attempt, no attempt counted); once it
+# has been through RERUNS_UNKNOWN such deaths, or RERUNS_MOST deaths of any cause, it runs alone, where
+# a death is its own failed attempt. So no attempt is rerun more than RERUNS_MOST times.
+RERUNS_UNKNOWN = 2
+RERUNS_MOST = 3
+# Why a process that runs shared jobs takes no more: an alone job waits for a process.
+DRAIN_FOR_ALONE = "an alone job waits for a process"
 # Words only the control notifications carry: an insert's ({"queues": ..., "run_at": ...}) has none.
 _CONTROL_WORDS = ('"cancel"', '"paused"', '"limit"', '"slots"')
 
@@ -207,12 +218,19 @@ class Dispatcher:
         self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
         # Records the app's limits before the first claim (supervisor/limits.py); None once done.
         self.declaration: Declaration | None = None
+        # The crash rule of shared jobs: how often each held job ran again after its process died with
+        # neighbours (unknown culprit, any cause), and the jobs of shared kinds that now must run alone.
+        self.reruns: dict[int, tuple[int, int]] = {}
+        self.alone: set[int] = set()
 
     # --- what the keeper tells us ------------------------------------------------------------
 
     def worker_ready(self, worker: Worker) -> None:
         if self.prefetched and not self.stopping:
-            self.keeper.assign(worker, self._handout(worker, 1))
+            if self.keeper.shared_kinds:
+                self.hand_out()
+            else:
+                self.keeper.assign(worker, self._handout(worker, 1))
         if self.more or (self.limited_more and self.limits_in_force):
             self.claim_wakeup.set()
 
@@ -281,6 +299,50 @@ class Dispatcher:
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
+    def lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
+        """A process that ran shared jobs ended with `jobs` (the crash rule, docs/guides/waiting.md):
+        the job it could blame (`culprit`), or the only one it ran, fails as an alone job's death
+        does; its neighbours run again under the same attempt, none lost; a job rerun too often, or
+        twice after deaths no one could be blamed for, runs alone next. A shutdown's stop returns them
+        all, as for alone jobs."""
+        interrupted = cause.startswith(INTERRUPTED)
+        again: list[Job] = []
+        for job in jobs:
+            if job.id in self.cancelling:
+                self.cancel_buffer.append(Cancel(job.id, job.attempts, by=self.cancelling[job.id]))
+            elif interrupted:
+                self.release_buffer.append((job, cause))
+            elif job.id == culprit or len(jobs) == 1:
+                self._timed(
+                    job, asyncio.get_running_loop().time() - worker.shared_started.get(job.id, worker.job_started)
+                )
+                self.fail_buffer.append(Failure(job.id, job.attempts, cause, None))
+            else:
+                unknown, total = self.reruns.get(job.id, (0, 0))
+                unknown, total = unknown + (culprit is None), total + 1
+                self.reruns[job.id] = (unknown, total)
+                if unknown >= RERUNS_UNKNOWN or total >= RERUNS_MOST:
+                    self.alone.add(job.id)
+                again.append(job)
+        if again:
+            self.log(
+                "jobs.rerun",
+                "warning",
+                count=len(again),
+                ids=[j.id for j in again],
+                cause=cause,
+                blamed=culprit,
+                alone=sorted(j.id for j in again if j.id in self.alone),
+                note="their process died under them: they run again, no attempt counted",
+            )
+            if self.stopping:
+                self.release_buffer.extend((j, None) for j in again)
+            else:
+                self.prefetched.extendleft(reversed(again))
+                self.hand_out()
+        self.flush_wakeup.set()
+        self.idle_wakeup.set()
+
     def control(self, payload: str) -> bool:
         """True for a NOTIFY of a cancel ({"cancel": ids or null, "by": who}), of a pause or resume
         ({"queue": name, "paused": bool}), of a limit set or removed ({"limit": kind, "limited": bool}) or
@@ -338,6 +400,10 @@ class Dispatcher:
                 self.flush_wakeup.set()
                 continue
             for worker in self.keeper.all_processes():
+                if job_id in worker.sharing:
+                    self.log("job.cancelling", pid=worker.pid, by=by, **about(job))
+                    self.keeper.stop_job(worker, job, f"cancelled by {by}")
+                    break
                 if worker.job is not None and worker.job.id == job_id:
                     self.log(
                         "job.cancelling",
@@ -448,7 +514,21 @@ class Dispatcher:
         return max(self.config.prefetch, min(PREFETCH_CLAIMS * self.config.batch, int(expected)))
 
     def capacity(self) -> int:
+        if self.keeper.shared_kinds:
+            return min(self.config.batch, self.shared_room() + self.prefetch() - len(self.prefetched))
         return min(self.config.batch, len(self.keeper.idle()) + self.prefetch() - len(self.prefetched))
+
+    def shared_room(self) -> int:
+        """How many more shared jobs the processes could start now: the free room of those running
+        shared jobs, and a whole --capacity for each idle one."""
+        capacity = self.config.capacity
+        room = 0
+        for worker in self.keeper.workers.values():
+            if worker.state == "idle":
+                room += capacity
+            elif worker.sharing and worker.draining is None and worker.stop_reason is None:
+                room += capacity - len(worker.sharing)
+        return room
 
     async def claim_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -470,6 +550,10 @@ class Dispatcher:
             threshold = 1
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, min(self.config.batch, (self.config.procs + self.prefetch()) // 2))
+            if self.keeper.shared_kinds and self.keeper.kinds is not None and self.running_count():
+                # Shared jobs: wait for a share of the room, so one claim starts many (not one a job).
+                share = int(self.config.procs * self.config.capacity * SHARED_CLAIM_SHARE)
+                threshold = max(threshold, min(self.config.batch, share))
             if (
                 self.more
                 and want >= threshold
@@ -479,7 +563,9 @@ class Dispatcher:
             ):
                 claimed = True
                 pokes = self.pokes
-                keys = self.keys.for_claim()
+                # An app of shared and alone kinds claims each in a statement of its own (mixed()),
+                # where the claim keys of one would skip the other's jobs: it claims from the heads.
+                keys = self.keys.for_claim() if self.mixed() is None else {}
                 keyed = bool(keys)
                 jobs = await self._claim(want, keys)
                 next_poll = loop.time() + self.config.poll_interval
@@ -528,8 +614,14 @@ class Dispatcher:
             return 0
         if self.duration < SHORT_JOB:
             return max(0, self.capacity() - self.limited_claiming)
-        want = len(self.keeper.idle()) - len(self.prefetched) - self.limited_claiming
+        free = self.shared_room() if self.limited_shared() else len(self.keeper.idle())
+        want = free - len(self.prefetched) - self.limited_claiming
         return min(want, self.config.batch)
+
+    def limited_shared(self) -> bool:
+        """Some limited kind of ours shares processes: idle room is counted in jobs, not processes."""
+        shared = self.keeper.shared_kinds
+        return bool(shared) and any(kind in shared for kind in self.limits_in_force)
 
     async def _claim_limited(self, want: int) -> None:
         kinds = self.limited_kinds()
@@ -577,6 +669,8 @@ class Dispatcher:
             self.tally.claims += 1
             self.tally.claimed += len(jobs)
         self.limited_held.update(j.id for j in jobs)
+        if self.keeper.shared_kinds:
+            self._crashed_before(jobs)
         for job in jobs:
             self.held[job.id] = job
         if self.stopping:
@@ -612,6 +706,9 @@ class Dispatcher:
             await self._release_orphans(conn)
             # Paused queues are left out of the claim's list: no pause costs the claim nothing.
             queues = self.config.queues if not self.paused else [q for q in self.config.queues if q not in self.paused]
+            mixed = self.mixed()
+            if mixed is not None:
+                return await self._claim_mixed(conn, queues, want, *mixed)
             if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
                 return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, self.keeper.kinds)
             # Through a transaction pooler there is no session to hold it: the claim's own
@@ -631,7 +728,56 @@ class Dispatcher:
                 return None
             raise
 
-    def _take(self, jobs: Iterable[Job]) -> None:
+    def mixed(self) -> tuple[list[str], list[str]] | None:
+        """(alone kinds, shared kinds) of an app that has both, else None."""
+        shared, kinds = self.keeper.shared_kinds, self.keeper.kinds
+        if not shared or kinds is None or kinds.issubset(shared):
+            return None
+        return sorted(kinds - shared.keys()), sorted(shared)
+
+    async def _claim_mixed(
+        self,
+        conn: psycopg.AsyncConnection,
+        queues: list[str] | tuple[str, ...],
+        want: int,
+        alone: list[str],
+        shared: list[str],
+    ) -> list[Job]:
+        """Claim for an app of alone and shared kinds: alone jobs for the idle processes (and the
+        prefetch), shared ones for the room left; never more alone jobs than processes can start."""
+        prefetched_alone = sum(1 for j in self.prefetched if j.kind not in self.keeper.shared_kinds)
+        alone_want = min(want, len(self.keeper.idle()) + self.config.prefetch - prefetched_alone)
+        jobs: list[Job] = []
+        if alone_want > 0:
+            jobs = await self._claim_kinds(conn, queues, alone_want, alone)
+        # Idle processes the alone jobs will take hold no room for shared ones.
+        shared_want = min(want, self.shared_room() - self.config.capacity * len(jobs)) - sum(
+            1 for j in self.prefetched if j.kind in self.keeper.shared_kinds
+        )
+        if shared_want > 0:
+            jobs += await self._claim_kinds(conn, queues, shared_want, shared)
+        return jobs
+
+    async def _claim_kinds(
+        self, conn: psycopg.AsyncConnection, queues: list[str] | tuple[str, ...], want: int, kinds: list[str]
+    ) -> list[Job]:
+        if not self.claims.pooled:
+            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, {}, kinds)
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(SQL["claim_without_flush_wait"])
+            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, {}, kinds)
+
+    def _crashed_before(self, jobs: Iterable[Job]) -> None:
+        """Jobs of shared kinds whose earlier attempt took its process down run alone from now on."""
+        shared = self.keeper.shared_kinds
+        for job in jobs:
+            errors: object = job.errors  # the JSON text of the claims link
+            if errors and isinstance(errors, str) and job.kind in shared and any(c in errors for c in TOOK_ITS_PROCESS):
+                self.alone.add(job.id)
+
+    def _take(self, jobs: list[Job]) -> None:
+        if self.keeper.shared_kinds:
+            self._crashed_before(jobs)
         ready = []
         for job in jobs:
             self.held[job.id] = job
@@ -659,6 +805,9 @@ class Dispatcher:
     def hand_out(self) -> None:
         if self.stopping:
             return
+        if self.keeper.shared_kinds:
+            self._hand_out_shared()
+            return
         idle = self.keeper.idle()
         while idle and self.prefetched:
             worker = idle.pop()
@@ -676,6 +825,62 @@ class Dispatcher:
             if worker.recycle_after is not None:
                 count = max(1, min(count, worker.recycle_after - worker.jobs_done))
         return [self.prefetched.popleft() for _ in range(min(count, len(self.prefetched)))]
+
+    def _hand_out_shared(self) -> None:
+        """Hand out an app's mix of shared and alone jobs, in the prefetch's order. Shared jobs fill the
+        process that runs the most shared jobs and has room (processes left idle stay free for alone
+        jobs), and open an idle process only when none has room and no alone job needs it; an alone job
+        takes an idle process. An alone job that finds none has one process drain (it takes no more
+        shared jobs and is handed the alone job once empty), so shared jobs never starve alone ones."""
+        if not self.prefetched:
+            return
+        keeper = self.keeper
+        shared_kinds = keeper.shared_kinds
+        capacity = self.config.capacity
+        idle = keeper.idle()
+        alone_waiting = sum(1 for j in self.prefetched if j.kind not in shared_kinds or j.id in self.alone)
+        open_ = sorted(
+            (w for w in keeper.workers.values() if w.sharing and w.draining is None and w.stop_reason is None),
+            key=lambda w: -len(w.sharing),
+        )
+        given: dict[Worker, list[Job]] = {}
+        load: dict[Worker, int] = {w: len(w.sharing) for w in open_}
+        kinds: Counter[tuple[Worker, str]] = Counter()
+        kept: deque[Job] = deque()
+        for job in self.prefetched:
+            if job.kind not in shared_kinds or job.id in self.alone:
+                if idle:
+                    keeper.assign(idle.pop(), [job])
+                    alone_waiting -= 1
+                else:
+                    kept.append(job)
+                continue
+            cap = shared_kinds[job.kind]
+            target = None
+            for worker in open_:
+                if load[worker] < capacity and worker.shared_kinds[job.kind] + kinds[worker, job.kind] < cap:
+                    target = worker
+                    break
+            if target is None and len(idle) > alone_waiting:
+                target = idle.pop()
+                open_.append(target)
+                load[target] = 0
+            if target is None:
+                kept.append(job)
+                continue
+            given.setdefault(target, []).append(job)
+            load[target] += 1
+            kinds[target, job.kind] += 1
+        self.prefetched = kept
+        for worker, jobs in given.items():
+            keeper.assign_shared(worker, jobs)
+        if alone_waiting > 0 and not any(w.draining == DRAIN_FOR_ALONE for w in keeper.workers.values()):
+            sharing = [w for w in keeper.workers.values() if w.sharing and w.draining is None and w.stop_reason is None]
+            if sharing and not keeper.idle():
+                min(sharing, key=lambda w: len(w.sharing)).draining = DRAIN_FOR_ALONE
+
+    def running_count(self) -> int:
+        return sum(len(w.sharing) or len(w.jobs) for w in self.keeper.workers.values())
 
     # --- writing outcomes -------------------------------------------------------------------
 
@@ -955,6 +1160,11 @@ class Dispatcher:
                 self.traces.pop(job.id, None)
             if self.cancelling:
                 self.cancelling.pop(job.id, None)
+            if self.alone:
+                self.reruns.pop(job.id, None)
+                self.alone.discard(job.id)
+            elif self.reruns:
+                self.reruns.pop(job.id, None)
             if self.limited_held and job.id in self.limited_held:
                 self.limited_held.discard(job.id)
                 self._freed[job.kind] += 1
@@ -1000,13 +1210,13 @@ class Dispatcher:
             lost_ids = {j.id for j in lost}
             self.prefetched = deque(j for j in self.prefetched if j.id not in lost_ids)
             for job in lost:
-                if not any(j.id == job.id for w in self.keeper.all_processes() for j in w.jobs):
+                if not any(j.id == job.id for w in self.keeper.all_processes() for j in w.held):
                     self.held.pop(job.id, None)
                     self.limited_held.discard(job.id)
 
     def running(self) -> list[Job]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
-        return [job for w in self.keeper.all_processes() for job in w.jobs]
+        return [job for w in self.keeper.all_processes() for job in w.held]
 
 
 def _as_claimed(job: Job) -> Job:

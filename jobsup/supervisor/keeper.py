@@ -7,9 +7,11 @@ import asyncio
 import multiprocessing
 import os
 import random
+import shutil
 import signal
+import tempfile
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -33,6 +35,12 @@ TERMINAL_SIGNALS = {signal.SIGINT, signal.SIGHUP}
 # The start of every cause of a worker's end that the keeper or the shutdown brought about and that
 # costs its job no attempt: the dispatcher hands such a job back instead of failing it.
 INTERRUPTED = "interrupted"
+# The end of the cause of a shared job whose process the keeper recycled for it (it blocked the event
+# loop, or did not stop when cancelled).
+RECYCLED = "its process was recycled"
+# Causes in a job's errors that say an earlier attempt took its process down: its next attempts run
+# alone, where a crash costs no neighbour anything.
+TOOK_ITS_PROCESS = ("worker exited", "worker killed", "worker vanished", RECYCLED)
 # Recycling after --max-jobs-per-proc is spread by up to this fraction, so workers started together
 # are not all replaced together.
 RECYCLE_JITTER = 0.1
@@ -98,6 +106,22 @@ class Worker:
     # The trace and span of the attempt it answered last, when its run was traced (jobsup.otel): the
     # dispatcher's log lines about that answer carry them.
     trace: tuple[str, str] | None = None
+    # Jobs that share the process (jobsup.supervisor.sharing), all running at once: id -> job, and when
+    # each started (loop clock). A process runs either one alone job at a time (`jobs`) or these.
+    sharing: dict[int, Job] = field(default_factory=dict)
+    shared_started: dict[int, float] = field(default_factory=dict)
+    shared_kinds: Counter[str] = field(default_factory=Counter)  # how many of each kind it runs
+    shared_stopping: dict[int, float] = field(default_factory=dict)  # cancelled jobs -> when to recycle
+    shared_reasons: dict[int, str] = field(default_factory=dict)  # cancelled jobs -> why
+    draining: str | None = None  # why it takes no more shared jobs (recycling, memory, an alone job waits)
+    culprit: int | None = None  # the job the keeper stops it for, when one job is to blame
+    fault_path: str = ""  # where its faulthandler writes the stack of a fatal signal
+    blocked: tuple[float, list[int], int | None] | None = None  # its event loop is blocked: since, jobs, by
+
+    @property
+    def held(self) -> list[Job]:
+        """Every job handed to it: the alone ones in order, or those that share it."""
+        return list(self.sharing.values()) if self.sharing else list(self.jobs)
 
     @property
     def pid(self) -> int | None:
@@ -121,6 +145,8 @@ class Slot:
 
 Outcome = Callable[[Worker, Job, Answer], None]
 Lost = Callable[[Worker, Job, str, list[Job]], None]
+# A process that ran shared jobs ended with these jobs: (worker, jobs, the job to blame or None, cause).
+LostShared = Callable[[Worker, list[Job], "int | None", str], None]
 
 
 @dataclass
@@ -131,6 +157,7 @@ class Keeper:
     on_outcome: Outcome
     on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
+    on_lost_shared: LostShared | None = None
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
@@ -139,9 +166,12 @@ class Keeper:
     timeouts: dict[str, float] = field(default_factory=dict)
     schedules: list = field(default_factory=list)  # the app's Schedules, told by the first ready worker
     limits: dict[str, dict] = field(default_factory=dict)  # kind -> the limits its handler declares (JSON)
+    # Kinds whose jobs share a process -> the most of them one process runs (--capacity at most).
+    shared_kinds: dict[str, int] = field(default_factory=dict)
     ever_ready: bool = False
     stopping: bool = False
     restarts_by_cause: dict[str, int] = field(default_factory=dict)  # for jobsup_worker_restarts_total
+    blocked_count: int = 0  # event loops found blocked, for jobsup_worker_loop_blocked_total
 
     def __post_init__(self) -> None:
         # forkserver: workers are forked from a clean server process, never from this one, which
@@ -150,6 +180,9 @@ class Keeper:
         self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
         self.slots = [Slot(i) for i in range(self.config.procs)]
         self.loop: asyncio.AbstractEventLoop | None = None
+        # faulthandler's reports of processes running shared jobs, removed with the supervisor.
+        self.fault_dir = tempfile.mkdtemp(prefix="jobsup-faults-")
+        self._spawned = 0
 
     # --- starting -------------------------------------------------------------------------------
 
@@ -182,16 +215,27 @@ class Keeper:
         # Two one-way pipes: a pipe costs less per message than the socket pair of a duplex Pipe.
         their_inbox, inbox = self.ctx.Pipe(duplex=False)
         outbox, their_outbox = self.ctx.Pipe(duplex=False)
+        self._spawned += 1
+        fault_path = os.path.join(self.fault_dir, f"{self._spawned}.txt")
         process = self.ctx.Process(
             target=worker_main,
             name=f"jobsup-worker-{slot.index}",
-            args=(their_inbox, their_outbox, self.config.app, os.getpid(), os.getcwd(), self.config.django),
+            args=(
+                their_inbox,
+                their_outbox,
+                self.config.app,
+                os.getpid(),
+                os.getcwd(),
+                self.config.django,
+                self.config.capacity,
+                fault_path,
+            ),
             daemon=False,
         )
         process.start()
         their_inbox.close()  # so our end reads EOF the moment the worker is gone
         their_outbox.close()
-        worker = Worker(slot.index, process, inbox, outbox, Reader(outbox.fileno()))
+        worker = Worker(slot.index, process, inbox, outbox, Reader(outbox.fileno()), fault_path=fault_path)
         if self.config.max_jobs_per_proc:
             worker.recycle_after = int(self.config.max_jobs_per_proc * (1 + random.random() * RECYCLE_JITTER))
         try:
@@ -246,6 +290,9 @@ class Keeper:
             # A traced run's answer carries the trace and span of the attempt after the Answer's fields.
             answer = Answer(*message[1:7])
             worker.trace = message[7] if len(message) > 7 else None
+            if worker.sharing:
+                self._shared_answer(worker, answer)
+                return
             job = worker.job
             if job is None or job.id != answer.id:
                 return  # an answer for a job we already counted as lost
@@ -271,8 +318,31 @@ class Keeper:
                 self.stop_worker(worker)
             elif not self._retire_if_due(worker):
                 self.on_ready(worker)
+        elif tag == "blocked":
+            _, behind, ids, culprit = message
+            worker.blocked = (self._now() - behind, ids, culprit)
+            self.blocked_count += 1
+            self.log(
+                "worker.blocked",
+                "warning",
+                pid=worker.pid,
+                slot=worker.slot,
+                seconds=behind,
+                jobs=ids,
+                by=culprit,
+                note="a sync call in an async handler blocks the event loop of every job in the process",
+            )
+        elif tag == "unblocked":
+            if worker.blocked is not None:
+                self.log(
+                    "worker.unblocked",
+                    pid=worker.pid,
+                    slot=worker.slot,
+                    seconds=round(self._now() - worker.blocked[0], 3),
+                )
+            worker.blocked = None
         elif tag == "ready":
-            _, pid, kinds, timeouts, schedules, limits = message
+            _, pid, kinds, timeouts, schedules, limits, shared = message
             worker.state = "idle"
             slot = self.slots[worker.slot]
             slot.start_failures = 0
@@ -282,6 +352,18 @@ class Keeper:
                 self.timeouts = dict(timeouts)
                 self.schedules = list(schedules)
                 self.limits = dict(limits)
+                capacity = self.config.capacity
+                self.shared_kinds = {kind: min(cap or capacity, capacity) for kind, cap in shared.items()}
+                for kind, cap in sorted(shared.items()):
+                    if cap > capacity:
+                        self.log(
+                            "app.per_process_capped",
+                            "warning",
+                            kind=kind,
+                            per_process=cap,
+                            capacity=capacity,
+                            note="a process runs at most --capacity jobs at once: that wins",
+                        )
                 self.log(
                     "app.loaded",
                     app=self.config.app or None,
@@ -311,6 +393,11 @@ class Keeper:
         current = self.workers.get(worker.slot) is worker
         if current:
             del self.workers[worker.slot]
+        if worker.sharing:
+            self._shared_exited(worker, cause)
+            self._after_exit(worker, slot, current, busy=True)
+            return
+        self._forget_fault(worker)
         jobs = list(worker.jobs)
         worker.jobs.clear()
         job = jobs[0] if jobs else None
@@ -349,9 +436,169 @@ class Keeper:
         else:
             slot.last_exit = cause
             self.log("worker.died", "warning", pid=worker.pid, slot=worker.slot, cause=cause)
+        self._after_exit(worker, slot, current, busy=job is not None)
+
+    def _after_exit(self, worker: Worker, slot: Slot, current: bool, busy: bool) -> None:
+        cause = worker.stop_reason or exit_cause(worker.process.exitcode)
         if current and not self.stopping:
             self._count_restart("start_failed" if worker.state == "starting" else restart_cause(cause))
-            self._respawn(slot, after_start_failure=worker.state == "starting" and job is None)
+            self._respawn(slot, after_start_failure=worker.state == "starting" and not busy)
+
+    # --- jobs that share a process ---------------------------------------------------------------
+
+    def _shared_answer(self, worker: Worker, answer: Answer) -> None:
+        job = worker.sharing.pop(answer.id, None)
+        if job is None:
+            return  # an answer for a job we already counted as lost
+        worker.shared_started.pop(job.id, None)
+        worker.shared_stopping.pop(job.id, None)
+        worker.shared_reasons.pop(job.id, None)
+        worker.shared_kinds[job.kind] -= 1
+        worker.jobs_done += 1
+        if worker.recycle_after is not None and worker.jobs_done >= worker.recycle_after and not worker.draining:
+            worker.draining = f"{worker.jobs_done} jobs"
+        self.on_outcome(worker, job, answer)
+        if worker.sharing:
+            return
+        worker.state = "idle"
+        worker.shared_kinds.clear()
+        worker.blocked = None
+        worker.draining = None  # recycled below if that is what it drained for
+        if self.stopping:
+            self.stop_worker(worker)
+        elif not self._retire_if_due(worker):
+            self.on_ready(worker)
+
+    def room(self, worker: Worker, kind: str) -> int:
+        """How many more jobs of the shared `kind` `worker` can take now."""
+        if worker.state == "idle":
+            return self.shared_kinds.get(kind, 0)
+        if not worker.sharing or worker.draining is not None or worker.stop_reason is not None:
+            return 0
+        free = self.config.capacity - len(worker.sharing)
+        return max(0, min(free, self.shared_kinds.get(kind, 0) - worker.shared_kinds[kind]))
+
+    def assign_shared(self, worker: Worker, jobs: list[Job]) -> None:
+        """Hand `jobs` (shared kinds, within room()) to `worker`, which starts them all at once."""
+        now = self._now()
+        if worker.state == "idle":
+            worker.state = "busy"
+            worker.job_started = now
+            worker.job_started_wall = time.time()
+        for job in jobs:
+            worker.sharing[job.id] = job
+            worker.shared_started[job.id] = now
+            worker.shared_kinds[job.kind] += 1
+        try:
+            send(worker.inbox.fileno(), ("shared", [job_fields(j) for j in jobs]))
+        except (OSError, ValueError):
+            pass  # the worker died this instant; its sentinel fires and its jobs are accounted for
+
+    def stop_job(self, worker: Worker, job: Job, reason: str) -> None:
+        """Stop `job`, which `worker` runs: the process, for an alone job; for a shared one, the job's
+        task is cancelled, and the process recycled if the job has not ended a kill grace later (a
+        sync job in a thread, or a task that ignores its cancellation)."""
+        if not worker.sharing:
+            self.interrupt(worker, reason)
+            return
+        if job.id in worker.shared_stopping:
+            return
+        worker.shared_stopping[job.id] = self._now() + self.config.kill_grace
+        worker.shared_reasons[job.id] = reason
+        try:
+            send(worker.inbox.fileno(), ("cancel", job.id, stop_status(reason), reason))
+        except (OSError, ValueError):
+            pass
+
+    def _check_shared(self, worker: Worker, now: float) -> None:
+        if worker.stop_reason is not None:
+            return
+        for job_id, started in list(worker.shared_started.items()):
+            job = worker.sharing[job_id]
+            if job_id in worker.shared_stopping:
+                if now >= worker.shared_stopping[job_id]:
+                    self.log(
+                        "job.stop_ignored",
+                        "warning",
+                        pid=worker.pid,
+                        grace=f"{self.config.kill_grace:g}s",
+                        **about(job),
+                    )
+                    worker.culprit = job_id
+                    self.interrupt(
+                        worker,
+                        f"{worker.shared_reasons.get(job_id, 'stopped')}, and did not stop within "
+                        f"{self.config.kill_grace:g}s: {RECYCLED}",
+                    )
+                    return
+                continue
+            limit = self.timeout_of(job.kind)
+            if now - started > limit:
+                self.log("job.timed_out", "warning", pid=worker.pid, limit=f"{limit:g}s", **about(job))
+                self.stop_job(worker, job, f"timed out after {limit:g}s")
+        if worker.blocked is not None and now - worker.blocked[0] > self.config.loop_block_limit:
+            since, ids, culprit = worker.blocked
+            worker.culprit = culprit
+            self.log(
+                "worker.recycled",
+                "warning",
+                pid=worker.pid,
+                slot=worker.slot,
+                reason=f"event loop blocked for {now - since:.1f}s",
+                by=culprit,
+            )
+            self.interrupt(
+                worker, f"blocked the event loop for more than {self.config.loop_block_limit:g}s: {RECYCLED}"
+            )
+
+    def _shared_exited(self, worker: Worker, cause: str) -> None:
+        """A process that ran shared jobs ended with them: the dispatcher decides what each one's
+        attempt comes to (the crash rule), knowing which job to blame when the process could tell."""
+        jobs = list(worker.sharing.values())
+        culprit = worker.culprit
+        if culprit is None:
+            culprit = self._fault_culprit(worker)
+        self._forget_fault(worker)
+        worker.sharing.clear()
+        worker.shared_started.clear()
+        worker.shared_stopping.clear()
+        worker.shared_reasons.clear()
+        worker.shared_kinds.clear()
+        slot = self.slots[worker.slot]
+        slot.last_exit = cause
+        self.log(
+            "worker.stopped" if cause.startswith(INTERRUPTED) else "worker.died",
+            "warning",
+            pid=worker.pid,
+            slot=worker.slot,
+            cause=cause,
+            jobs=len(jobs),
+            by=culprit,
+        )
+        if self.on_lost_shared is not None:
+            self.on_lost_shared(worker, jobs, culprit, cause)
+
+    def _fault_culprit(self, worker: Worker) -> int | None:
+        from jobsup.supervisor.sharing import culprit_of_fault
+
+        try:
+            with open(worker.fault_path, errors="replace") as report:
+                text = report.read()
+        except OSError:
+            return None
+        culprit = culprit_of_fault(text)
+        return culprit if culprit in worker.sharing else None
+
+    def _forget_fault(self, worker: Worker) -> None:
+        if worker.fault_path:
+            try:
+                os.unlink(worker.fault_path)
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """Remove what the keeper left on disk (the workers' fault reports)."""
+        shutil.rmtree(self.fault_dir, ignore_errors=True)
 
     def _count_restart(self, cause: str) -> None:
         self.restarts_by_cause[cause] = self.restarts_by_cause.get(cause, 0) + 1
@@ -395,6 +642,8 @@ class Keeper:
             if worker.kill_at is not None and now >= worker.kill_at:
                 self._signal(worker, signal.SIGKILL)
                 worker.kill_at = None
+            elif worker.sharing:
+                self._check_shared(worker, now)
             elif worker.state == "busy" and worker.job is not None and worker.stop_reason is None:
                 limit = self.timeout_of(worker.job.kind)
                 if now - worker.job_started > limit:
@@ -410,7 +659,7 @@ class Keeper:
     def interrupt(self, worker: Worker, reason: str) -> None:
         """Terminate a worker, then kill it after the grace period; `reason` becomes its exit cause."""
         worker.stop_reason = reason
-        worker.state = "stopping" if worker.job is None else worker.state
+        worker.state = "stopping" if worker.job is None and not worker.sharing else worker.state
         # Told first, so a worker with run middleware can tell them why its attempt ends (worker.py).
         try:
             send(worker.inbox.fileno(), ("interrupt", stop_status(reason), reason))
@@ -467,6 +716,8 @@ class Keeper:
                 continue
             if limit and worker.rss > limit:
                 worker.over_memory = True
+                if worker.sharing and worker.draining is None:  # finishes what it holds, then is replaced
+                    worker.draining = f"rss {worker.rss // 2**20} MB over --max-memory {self.config.max_memory_mb} MB"
                 if worker.state == "idle":
                     self._retire_if_due(worker)
                 elif worker.state == "busy" and worker.rss > 2 * limit and worker.stop_reason is None:
@@ -475,7 +726,7 @@ class Keeper:
                     self.log(
                         "worker.over_memory",
                         "warning",
-                        job=worker.job.id if worker.job else None,
+                        job=worker.job.id if worker.job else sorted(worker.sharing) or None,
                         pid=worker.pid,
                         rss_mb=worker.rss // 2**20,
                     )
@@ -499,6 +750,6 @@ class Keeper:
             if reason is not None:
                 if worker.stop_reason is None:
                     worker.stop_reason = reason
-                if not worker.jobs:  # one still holding a job ends as that job's loss, with its cause
+                if not worker.jobs and not worker.sharing:  # one holding jobs ends as their loss, with its cause
                     worker.state = "stopping"
             self._signal(worker, signal.SIGKILL)

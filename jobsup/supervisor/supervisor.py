@@ -79,7 +79,13 @@ class Supervisor:
         self.log = log
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
         self.keeper = Keeper(
-            config, log, on_ready=self._worker_ready, on_outcome=self._outcome, on_lost=self._lost, on_fatal=self._fatal
+            config,
+            log,
+            on_ready=self._worker_ready,
+            on_outcome=self._outcome,
+            on_lost=self._lost,
+            on_fatal=self._fatal,
+            on_lost_shared=self._lost_shared,
         )
         self.dispatcher: Dispatcher | None = None
         self.signals: list[str] = []
@@ -104,6 +110,10 @@ class Supervisor:
     def _lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
         assert self.dispatcher is not None
         self.dispatcher.lost(worker, job, cause, unstarted)
+
+    def _lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
+        assert self.dispatcher is not None
+        self.dispatcher.lost_shared(worker, jobs, culprit, cause)
 
     def _fatal(self, reason: str) -> None:
         self.fatal = reason
@@ -214,6 +224,7 @@ class Supervisor:
             await self.duties.stop()
             for link in self.links.values():
                 await link.close()
+            self.keeper.close()
 
     async def _tick_loop(self) -> None:
         while True:
@@ -283,7 +294,7 @@ class Supervisor:
             reason = f"{INTERRUPTED}: still running when shutdown timed out after {self.config.shutdown_timeout:g}s"
             self.log("shutdown.interrupting", count=len(still), ids=[j.id for j in still])
             for worker in self.keeper.all_processes():
-                if worker.job is not None:
+                if worker.job is not None or worker.sharing:
                     self.keeper.interrupt(worker, reason)
             await self._wait_workers_gone(self.config.kill_grace + 2)
         lost_db |= not await self._try(d.flush(deadline=db_deadline))
@@ -322,6 +333,9 @@ class Supervisor:
         self.keeper.stopping = True
         d.release_prefetched()  # claimed, not yet in a worker: handed back like the unstarted ones
         for worker in self.keeper.all_processes():
+            if worker.sharing:
+                d.release_buffer.extend((job, f"{INTERRUPTED}: {HARD_STOP}") for job in worker.sharing.values())
+                worker.sharing.clear()
             if worker.jobs:
                 d.release_buffer.append((worker.jobs.popleft(), f"{INTERRUPTED}: {HARD_STOP}"))
                 d.release_buffer.extend((job, None) for job in worker.jobs)

@@ -31,6 +31,16 @@ class Reader:
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.buffer = bytearray()
+        self.pending: list[tuple[Any, ...]] = []  # messages read and given back (push_back), first out first
+
+    def push_back(self, messages: list[tuple[Any, ...]]) -> None:
+        """Give back messages taken but not handled: read_one returns them first, in order."""
+        self.pending[:0] = messages
+
+    def take_buffered(self) -> list[tuple[Any, ...]]:
+        """The whole messages read already (given back, or in the buffer), without reading."""
+        messages, self.pending = self.pending, []
+        return messages + self._messages()
 
     def read_available(self) -> list[tuple[Any, ...]] | None:
         """One read (call when the fd is readable); the whole messages it completed, or None at EOF."""
@@ -42,6 +52,8 @@ class Reader:
 
     def read_one(self) -> tuple[Any, ...] | None:
         """Block until one whole message is here; None at EOF."""
+        if self.pending:
+            return self.pending.pop(0)
         while True:
             messages = self._messages(limit=1)
             if messages:

@@ -22,8 +22,10 @@ import sys
 import threading
 import time
 import traceback
+from functools import partial
 from json.scanner import make_scanner
 from multiprocessing.connection import Connection
+from typing import Any
 
 from jobsup import middleware
 from jobsup.errors import NoHandler, ReturnValueError
@@ -74,7 +76,14 @@ def _describe(exc: BaseException) -> str:
 
 
 def worker_main(
-    inbox: Connection, outbox: Connection, app_target: str, supervisor_pid: int, app_dir: str, django_settings: str = ""
+    inbox: Connection,
+    outbox: Connection,
+    app_target: str,
+    supervisor_pid: int,
+    app_dir: str,
+    django_settings: str = "",
+    capacity: int = 1,
+    fault_path: str = "",
 ) -> None:
     # `--app examples.lab:app` names a module of the directory jobsup start runs in, as python -m would.
     if app_dir not in sys.path:
@@ -88,7 +97,7 @@ def worker_main(
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGHUP})
     _die_with_parent(supervisor_pid)
     try:
-        _serve(inbox, outbox, app_target, django_settings)
+        _serve(inbox, outbox, app_target, django_settings, capacity, fault_path)
     except BrokenPipeError:
         # The supervisor closed our pipes: stopped while we were starting (an early Ctrl-C), or gone.
         # There is no one left to tell, and a traceback on the operator's terminal would say nothing.
@@ -121,12 +130,80 @@ class Runner:
         # the path it took before middleware existed.
         self.middleware = middleware.run_chain(app)
         self.attempt: middleware.Attempt | None = None  # the one running now, for stop()
+        self.shared_attempts: dict[int, middleware.Attempt] = {}  # those of shared jobs, for stop()
         self.trace: tuple[str, str] | None = None  # (trace id, span id) of the last run, if traced
 
     def _async_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:  # one loop for every async handler this runner runs
             self._loop = asyncio.new_event_loop()
         return self._loop
+
+    loop = _async_loop  # the worker's one event loop: async jobs, shared jobs and the start hooks run on it
+
+    def handler_of(self, kind: str) -> tuple[Any, bool] | None:
+        """(function, is it async) of `kind`'s handler, or None if the app has none."""
+        if kind not in self.handlers:
+            try:
+                handler = self.app.get(kind)
+            except NoHandler:
+                return None
+            self.handlers[kind] = (handler.func, handler.is_async)
+        return self.handlers[kind]
+
+    # --- jobs that share the process (jobsup.supervisor.sharing) -----------------------------------
+
+    def run_traced(self, job: Job) -> tuple[Answer, tuple[str, str] | None]:
+        """run() for a sync job in one of the worker's threads: its answer and its trace."""
+        if not self.middleware:
+            return self.run(job), None
+        attempt = middleware.Attempt(self.middleware, job)
+        self.shared_attempts[job.id] = attempt
+        try:
+            answer = self._through(job, attempt, self._handled)
+        finally:
+            self.shared_attempts.pop(job.id, None)
+            attempt.close()
+        return answer, attempt.trace
+
+    async def arun(self, job: Job, stopping: dict[int, tuple[str, str]]) -> tuple[Answer, tuple[str, str] | None]:
+        """An async job as a task of the worker's loop: its answer and its trace. A cancelled task (its
+        timeout, an operator's cancel: `stopping` says which) tells its middleware why."""
+        if not self.middleware:
+            try:
+                value = await self._acall(job)
+                return Answer(job.id, value=None if value is None else _encoded(job, value)), None
+            except BaseException as exc:
+                return self._failed(job, exc), None
+        attempt = middleware.Attempt(self.middleware, job)
+        self.shared_attempts[job.id] = attempt
+        try:
+            failure = attempt.enter()
+            if failure is None:
+                try:
+                    value = await self._acall(job)
+                    text = None if value is None else _encoded(job, value)
+                    answer, outcome = Answer(job.id, value=text), RunOutcome("done", value=value)
+                except BaseException as exc:
+                    answer = self._failed(job, exc)
+                    outcome = _outcome_of(answer, exc)
+                    if isinstance(exc, asyncio.CancelledError) and job.id in stopping:
+                        status, reason = stopping[job.id]
+                        outcome = RunOutcome(status, error=middleware.AttemptStopped(reason))
+            else:
+                answer, outcome = self._middleware_failed(job, *failure, None)
+            answer = self._leave(job, attempt, answer, outcome)
+        finally:
+            self.shared_attempts.pop(job.id, None)
+            attempt.close()
+        return answer, attempt.trace
+
+    async def _acall(self, job: Job) -> Any:
+        handler = self.handler_of(job.kind)
+        if handler is None:
+            self.app.get(job.kind)  # raises the NoHandler that says why
+            raise AssertionError("unreachable")
+        func, is_async = handler
+        return await func(job) if is_async else func(job)
 
     def run(self, job) -> Answer:  # job: jobsup.Job
         if self.middleware:
@@ -171,19 +248,27 @@ class Runner:
     def _run_wrapped(self, job) -> Answer:
         attempt = self.attempt = middleware.Attempt(self.middleware, job)
         try:
-            failure = attempt.enter()
-            if failure is None:
-                answer, outcome = self._handled(job)
-            else:
-                answer, outcome = self._middleware_failed(job, *failure, None)
-            while attempt.started:
-                failure = attempt.leave_one(outcome)
-                if failure is not None:
-                    answer, outcome = self._middleware_failed(job, *failure, answer)
+            answer = self._through(job, attempt, self._handled)
         finally:
             self.attempt = None
             attempt.close()
         self.trace = attempt.trace
+        return answer
+
+    def _through(self, job: Job, attempt: middleware.Attempt, handled: Any) -> Answer:
+        """The attempt's middleware entered, `handled(job)` run, the middleware left."""
+        failure = attempt.enter()
+        if failure is None:
+            answer, outcome = handled(job)
+        else:
+            answer, outcome = self._middleware_failed(job, *failure, None)
+        return self._leave(job, attempt, answer, outcome)
+
+    def _leave(self, job: Job, attempt: middleware.Attempt, answer: Answer, outcome: RunOutcome) -> Answer:
+        while attempt.started:
+            failure = attempt.leave_one(outcome)
+            if failure is not None:
+                answer, outcome = self._middleware_failed(job, *failure, answer)
         return answer
 
     def _handled(self, job) -> tuple[Answer, RunOutcome]:
@@ -213,12 +298,10 @@ class Runner:
     def stop(self, status: str, reason: str) -> None:
         """The worker is being stopped while it runs an attempt (a timeout, a cancel, a shutdown): its
         run middleware are left with how it ends. What they raise now is no one's to see."""
-        attempt = self.attempt
-        if attempt is None:
-            return
         outcome = RunOutcome(status, error=middleware.AttemptStopped(reason))
-        while attempt.started:
-            attempt.leave_one(outcome)
+        for attempt in [self.attempt, *self.shared_attempts.values()]:
+            while attempt is not None and attempt.started:
+                attempt.leave_one(outcome)
 
 
 def _encoded(job, value) -> str:
@@ -306,7 +389,9 @@ def job_of(fields: tuple) -> Job:
     )
 
 
-def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settings: str) -> None:
+def _serve(
+    inbox: Connection, outbox: Connection, app_target: str, django_settings: str, capacity: int, fault_path: str
+) -> None:
     from jobsup.errors import JobsupError
     from jobsup.supervisor.wire import Reader, send
 
@@ -323,11 +408,18 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         sys.exit(3)
 
     runner = Runner(app)
+    try:
+        _hooks(runner, app.worker_start)
+    except BaseException as exc:
+        send(fd, ("fatal", f"a worker start function of {app_target or django_settings} failed: {_describe(exc)}"))
+        sys.exit(3)
     handlers = runner.handlers
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
     # An app that finds handlers by name (Django's tasks, by module path) handles any kind: None says so,
     # and the supervisor sends every kind here instead of failing unknown ones itself.
     limits = {kind: h.limits.to_json() for kind, h in app.handlers.items() if h.limits.limited}
+    # The kinds whose jobs share a process, each with its cap in one process (0: the process's capacity).
+    shared = {kind: h.per_process or 0 for kind, h in app.handlers.items() if h.shared}
     send(
         fd,
         (
@@ -337,6 +429,7 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
             timeouts,
             list(app.schedules.values()),
             limits,
+            shared,
         ),
     )
 
@@ -346,26 +439,58 @@ def _serve(inbox: Connection, outbox: Connection, app_target: str, django_settin
         # signal as before. Without middleware it dies at once, as it always has.
         signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(runner, reader))
 
+    sharing = None
+    message: tuple | None = None
     while True:
-        try:
-            message = reader.read_one()
-        except OSError:
-            message = None
+        if message is None:
+            try:
+                message = reader.read_one()
+            except OSError:
+                message = None
         if message is None or message[0] == "stop":  # None: the supervisor is gone
+            if message is not None:  # a clean stop: what the start functions opened is closed
+                _hooks(runner, app.worker_stop, quiet=True)
             return
-        if message[0] == "interrupt":  # the reason of a SIGTERM for a job it finished meanwhile
+        tag = message[0]
+        if tag == "shared":
+            if sharing is None:
+                from jobsup.supervisor.sharing import Shared
+
+                sharing = Shared(runner, partial(send, fd), job_of, capacity, fault_path)
+            first = [job_of(fields) for fields in message[1]]
+            message = runner.loop().run_until_complete(sharing.serve(reader, first))
+            if message is not None and message[0] == "idle":
+                message = None
             continue
-        # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
-        # one runs: the first it has no answer for.
-        for fields in message[1]:
-            job = job_of(fields)
-            started = time.perf_counter()
-            answer = runner.run(job)
-            ran = time.perf_counter() - started
-            if runner.trace is None:
-                send(fd, ("answer", *answer[:-1], ran))
-            else:  # the attempt's trace and span, for the supervisor's log lines about it
-                send(fd, ("answer", *answer[:-1], ran, runner.trace))
+        if tag == "jobs":
+            # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
+            # one runs: the first it has no answer for.
+            for fields in message[1]:
+                job = job_of(fields)
+                started = time.perf_counter()
+                answer = runner.run(job)
+                ran = time.perf_counter() - started
+                if runner.trace is None:
+                    send(fd, ("answer", *answer[:-1], ran))
+                else:  # the attempt's trace and span, for the supervisor's log lines about it
+                    send(fd, ("answer", *answer[:-1], ran, runner.trace))
+        # "interrupt": the reason of a SIGTERM for a job it finished meanwhile; "cancel": of a shared job
+        # that ended meanwhile
+        message = None
+
+
+def _hooks(runner: Runner, hooks: list, quiet: bool = False) -> None:
+    """Run the app's worker start (or stop) functions, an async one on the worker's loop. `quiet`: a
+    stop function's failure is printed, not raised: the worker is on its way out."""
+    for hook in hooks:
+        try:
+            result = hook()
+            if asyncio.iscoroutine(result):
+                runner.loop().run_until_complete(result)
+        except BaseException:
+            if not quiet:
+                raise
+            traceback.print_exc()
 
 
 def _stopped(runner: Runner, reader) -> None:  # reader: jobsup.supervisor.wire.Reader
