@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import os
 import time
 
@@ -34,3 +36,22 @@ def pickup(job: Job) -> None:
     if _conn is None:
         _conn = dsns.connect(os.environ["JOBSUP_BENCH_DSN"])  # JOBSUP_POOLER says whether it may prepare
     _conn.execute(SQL["bench_pickup_started"], {"job_id": job.id, "started": started})
+
+
+# Jobs that wait (an HTTP call, a mail provider) share their worker processes: `jobsup bench` and
+# benchmarks/bench_wait.py run them on a supervisor of their own, so the app of the figures above stays
+# one whose every job runs alone.
+wait_app = App()
+
+
+@wait_app.handler("wait_100ms", shared=True)
+async def wait_100ms(job: Job) -> None:
+    await asyncio.sleep(0.05)
+    if job.payload and job.payload.get("crash"):  # benchmarks/bench_wait.py: the stream with crashes
+        ctypes.string_at(0)
+    await asyncio.sleep(0.05)
+
+
+@wait_app.handler("wait_100ms_sync", shared=True)
+def wait_100ms_sync(job: Job) -> None:
+    time.sleep(0.1)

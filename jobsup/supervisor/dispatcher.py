@@ -299,6 +299,16 @@ class Dispatcher:
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
+    def room(self, worker: Worker) -> None:
+        """A shared job ended and its process runs others: its place goes to a prefetched job, or to
+        the next claim (which waits until a share of the room is free)."""
+        if self.stopping:
+            return
+        if self.prefetched:
+            self.hand_out()
+        if self.more or (self.limited_more and self.limits_in_force):
+            self.claim_wakeup.set()
+
     def lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
         """A process that ran shared jobs ended with `jobs` (the crash rule, docs/guides/waiting.md):
         the job it could blame (`culprit`), or the only one it ran, fails as an alone job's death

@@ -73,6 +73,12 @@ class Heartbeat:
                     "jobs_done": worker.jobs_done,
                     "restarts": slot.restarts,
                     "last_exit": slot.last_exit,
+                    # Jobs that share it: how many it runs of --capacity, its event loop's lag, and
+                    # since when a job blocks that loop (None: it runs alone jobs, or none).
+                    "shared": len(worker.sharing) if worker.sharing else None,
+                    "capacity": self.config.capacity if worker.sharing else None,
+                    "lag": worker.lag if worker.sharing else None,
+                    "blocked_by": worker.blocked[2] if worker.blocked else None,
                 }
             )
         d = self.dispatcher

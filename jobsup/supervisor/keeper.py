@@ -117,6 +117,7 @@ class Worker:
     culprit: int | None = None  # the job the keeper stops it for, when one job is to blame
     fault_path: str = ""  # where its faulthandler writes the stack of a fatal signal
     blocked: tuple[float, list[int], int | None] | None = None  # its event loop is blocked: since, jobs, by
+    lag: float = 0.0  # seconds its event loop came round late at worst in the last second (shared jobs)
 
     @property
     def held(self) -> list[Job]:
@@ -158,6 +159,7 @@ class Keeper:
     on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
     on_lost_shared: LostShared | None = None
+    on_room: Callable[[Worker], None] | None = None  # a process running shared jobs has room for one more
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
@@ -177,7 +179,11 @@ class Keeper:
         # forkserver: workers are forked from a clean server process, never from this one, which
         # holds connections and an event loop.
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
+        # What every worker imports, imported once in the fork server: a worker then starts in tens of
+        # milliseconds rather than the quarter second jobsup.app's imports (psycopg among them) take,
+        # which is what a crash of a process running shared jobs costs its neighbours in waiting.
+        # jobsup's modules open nothing at import; the app itself is imported in each worker.
+        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker", "jobsup.app", "jobsup.supervisor.sharing"])
         self.slots = [Slot(i) for i in range(self.config.procs)]
         self.loop: asyncio.AbstractEventLoop | None = None
         # faulthandler's reports of processes running shared jobs, removed with the supervisor.
@@ -332,6 +338,8 @@ class Keeper:
                 by=culprit,
                 note="a sync call in an async handler blocks the event loop of every job in the process",
             )
+        elif tag == "lag":
+            worker.lag = message[1]
         elif tag == "unblocked":
             if worker.blocked is not None:
                 self.log(
@@ -459,10 +467,13 @@ class Keeper:
             worker.draining = f"{worker.jobs_done} jobs"
         self.on_outcome(worker, job, answer)
         if worker.sharing:
+            if worker.draining is None and worker.stop_reason is None and self.on_room is not None:
+                self.on_room(worker)  # room for another shared job: handed out, or claimed
             return
         worker.state = "idle"
         worker.shared_kinds.clear()
         worker.blocked = None
+        worker.lag = 0.0
         worker.draining = None  # recycled below if that is what it drained for
         if self.stopping:
             self.stop_worker(worker)

@@ -149,6 +149,29 @@ class _Collector:
         for worker in sup.keeper.workers.values():
             rss.add_metric([str(worker.slot)], worker.rss)
         yield rss
+        shared = GaugeMetricFamily(
+            "jobsup_worker_shared_jobs", "Jobs that share each worker process, running now", labels=["slot"]
+        )
+        lag = GaugeMetricFamily(
+            "jobsup_worker_loop_lag_seconds",
+            "How late the event loop of each worker running shared jobs came round at worst in the last second",
+            labels=["slot"],
+        )
+        for worker in sup.keeper.workers.values():
+            shared.add_metric([str(worker.slot)], len(worker.sharing))
+            lag.add_metric([str(worker.slot)], worker.lag)
+        yield shared
+        yield lag
+        yield GaugeMetricFamily(
+            "jobsup_worker_capacity",
+            "Jobs one worker process runs at once (--capacity), of shared handlers",
+            value=sup.config.capacity,
+        )
+        yield CounterMetricFamily(
+            "jobsup_worker_loop_blocked",
+            "Times the event loop of a worker running shared jobs was found blocked (a sync call in an async handler)",
+            value=sup.keeper.blocked_count,
+        )
         yield CounterMetricFamily(
             "jobsup_jobs_reaped",
             "Jobs this supervisor's reaper returned to the queue or buried (their lease had expired)",

@@ -42,6 +42,7 @@ _JOB_FRAME_ID = re.compile(r"\b" + JOB_FRAME + r"(\d+)\b")
 TICK = 0.05
 WATCH = 0.1
 BLOCK_REPORT = 1.0
+LAG_EVERY = 1.0  # seconds between two reports of the loop's lag
 
 
 def job_ids_in(text: str) -> list[int]:
@@ -216,7 +217,7 @@ class Shared:
 
         self.loop.add_reader(reader.fd, readable)
         self.active = True
-        self.ticked = time.monotonic()
+        self.ticked = time.monotonic() - TICK
         ticker = self.loop.create_task(self._tick())
         left: tuple[Any, ...] | None = ("idle",)
         try:
@@ -266,11 +267,20 @@ class Shared:
         return left
 
     async def _tick(self) -> None:
+        """Note that the loop comes round, and once a second tell the supervisor how late it came
+        round at worst (the loop's lag: what a neighbour's CPU work or sync call costs every job)."""
+        lag = 0.0
+        told = time.monotonic()
         while True:
-            self.ticked = time.monotonic()
+            now = time.monotonic()
+            lag = max(lag, now - self.ticked - TICK)
+            self.ticked = now
             if self.blocked_reported:
                 self.blocked_reported = False
                 self.send(("unblocked",))
+            if now - told >= LAG_EVERY:
+                self.send(("lag", round(max(lag, 0.0), 4)))
+                lag, told = 0.0, now
             await asyncio.sleep(TICK)
 
     def _watch(self) -> None:

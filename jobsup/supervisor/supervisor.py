@@ -86,6 +86,7 @@ class Supervisor:
             on_lost=self._lost,
             on_fatal=self._fatal,
             on_lost_shared=self._lost_shared,
+            on_room=self._room,
         )
         self.dispatcher: Dispatcher | None = None
         self.signals: list[str] = []
@@ -110,6 +111,10 @@ class Supervisor:
     def _lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
         assert self.dispatcher is not None
         self.dispatcher.lost(worker, job, cause, unstarted)
+
+    def _room(self, worker: Worker) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.room(worker)
 
     def _lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
         assert self.dispatcher is not None
