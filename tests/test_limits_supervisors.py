@@ -140,17 +140,19 @@ def db_now(conn: psycopg.Connection) -> float:
 
 
 def supervisors(
-    start, dsn: str, count: int, *flags: str, procs: int = 4, records: str | None = None, env=None
+    start, dsn: str, count: int, *flags: str, procs: int = 4, records: str | None = None, env=None, app: str = APP
 ) -> list[Supervisor]:
     """`count` supervisors of --procs `procs` on the limited app, started together and ready."""
-    sups = [launch(start, dsn, *flags, procs=procs, records=records, env=env) for _ in range(count)]
+    sups = [launch(start, dsn, *flags, procs=procs, records=records, env=env, app=app) for _ in range(count)]
     for sup in sups:
         ready(sup)
     return sups
 
 
-def launch(start, dsn: str, *flags: str, procs: int = 4, records: str | None = None, env=None) -> Supervisor:
-    return start(*flags, procs=procs, app=APP, env={"JOBSUP_LIMITS_DSN": records or dsn, **(env or {})})
+def launch(
+    start, dsn: str, *flags: str, procs: int = 4, records: str | None = None, env=None, app: str = APP
+) -> Supervisor:
+    return start(*flags, procs=procs, app=app, env={"JOBSUP_LIMITS_DSN": records or dsn, **(env or {})})
 
 
 def ready(sup: Supervisor, timeout: float = 90) -> None:
@@ -266,12 +268,35 @@ def test_concurrency_holds_while_supervisors_are_sigkilled(dsn, records, start):
     supervisor is SIGKILLed (alone: its workers must die of it) every 1-2 s and another started. Its
     held jobs keep their slots until the reaper returns them (--lease 2s), so the runs never overlap
     more than 3 at any instant; every job ends done; no job runs twice at once."""
-    conn = records
-    n = 600
-    sups = supervisors(start, dsn, 4, *LEASE)
-    wait_declared(conn, "three")
-    enqueue(conn, "three", n)
-    wait_for(lambda: runs_of(conn, "three"), timeout=30, message="runs")
+    sigkill_chaos(records, start, dsn, "three", 3, 600)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_concurrency_holds_for_shared_jobs_while_supervisors_are_sigkilled(dsn, records, start):
+    """The same for a kind whose jobs share worker processes (tests/apps/limited_shared.py): 4
+    supervisors x 2 processes of --capacity 200, kind `ten_shared` (concurrency 10), 2,000 jobs of 50 ms:
+    room for 1,600 at once, and never more than 10 running."""
+    sigkill_chaos(
+        records, start, dsn, "ten_shared", 10, 2000, "--capacity", "200", procs=2, app="tests.apps.limited_shared:app"
+    )
+
+
+def sigkill_chaos(
+    conn: psycopg.Connection,
+    start,
+    dsn: str,
+    kind: str,
+    limit: int,
+    n: int,
+    *flags: str,
+    procs: int = 4,
+    app: str = APP,
+) -> None:
+    sups = supervisors(start, dsn, 4, *LEASE, *flags, procs=procs, app=app)
+    wait_declared(conn, kind)
+    enqueue(conn, kind, n)
+    wait_for(lambda: runs_of(conn, kind), timeout=30, message="runs")
     killed: dict[int, tuple[float, float]] = {}  # a killed supervisor's worker -> (killed at, dead by)
     kills = 0
     chaos_ends = time.monotonic() + 12
@@ -286,16 +311,16 @@ def test_concurrency_holds_while_supervisors_are_sigkilled(dsn, records, start):
         dead_by = db_now(conn)
         killed.update((w.pid, (killed_at, dead_by)) for w in workers)
         kills += 1
-        sups.append(launch(start, dsn, *LEASE))
+        sups.append(launch(start, dsn, *LEASE, *flags, procs=procs, app=app))
     took = wait_all_done(conn, n, timeout=120, sups=sups)
-    jobs = dict(conn.execute("SELECT id, errors FROM jobsup.jobs WHERE kind = 'three'").fetchall())
+    jobs = dict(conn.execute("SELECT id, errors FROM jobsup.jobs WHERE kind = %s", (kind,)).fetchall())
     reaped_at: dict[tuple[int, int], float] = {}
     for job_id, errors in jobs.items():
         for entry in errors or []:
             if str(entry.get("error", "")).startswith("lease expired"):
                 at = conn.execute("SELECT extract(epoch FROM %s::timestamptz)::float8", (entry["at"],)).fetchone()[0]
                 reaped_at[(job_id, entry["attempt"])] = at
-    runs = runs_of(conn, "three")
+    runs = runs_of(conn, kind)
     cut = [r for r in runs if r.ended is None]
     unexplained = [r for r in cut if r.pid not in killed]
     assert not unexplained, f"runs that never ended, not of a killed supervisor: {unexplained}"
@@ -315,7 +340,7 @@ def test_concurrency_holds_while_supervisors_are_sigkilled(dsn, records, start):
     died_within = max((dead - at for at, dead in killed.values()), default=0)
     outlived = [r.ended - killed[r.pid][0] for r in runs if r.pid in killed and (r.ended or 0) > killed[r.pid][0]]
     reaped_runs = {(r.job_id, r.attempt): r for r in runs if (r.job_id, r.attempt) in reaped_at}
-    tries = attempts(conn, "three")
+    tries = attempts(conn, kind)
     say(
         f"SIGKILL chaos: {kills} kills in 12 s; {len(killed)} workers died with them, each within "
         f"{died_within * 1000:.0f} ms; {len(outlived)} runs ended after their supervisor's kill (at most "
@@ -324,8 +349,8 @@ def test_concurrency_holds_while_supervisors_are_sigkilled(dsn, records, start):
         f"{took:.1f}s after the chaos; attempts {dict(sorted(tries.items()))}"
     )
     assert kills >= 5
-    assert peak_runs <= 3, f"{peak_runs} runs at once at {at_runs}"
-    assert peak_holds <= 3, f"{peak_holds} holds at once at {at_holds}"
+    assert peak_runs <= limit, f"{peak_runs} runs at once at {at_runs}"
+    assert peak_holds <= limit, f"{peak_holds} holds at once at {at_holds}"
     assert not twice, f"jobs run twice at once: {twice}"
     assert {r.job_id for r in runs} == set(jobs) and len(jobs) == n  # nothing lost, each ran
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind  # noqa: E402
 
 import jobsup  # noqa: E402
-from jobsup import otel  # noqa: E402
+from jobsup import client, otel  # noqa: E402
 from jobsup.testing import drain  # noqa: E402
 
 from .apps.traced import app, span_record  # noqa: E402
@@ -251,7 +251,8 @@ def test_a_real_supervisors_workers_continue_the_enqueuers_trace(conn, start, sp
     assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [stuck]).fetchone()[0] == "dead"
 
     # The supervisor's log lines of a job carry its trace, and the span of the attempt its worker ran.
-    log = sup.log()
+    # The dead job's line follows the commit of its write, which the test may see first.
+    log = wait_for(lambda: log_lines(sup.log(), "job.dead") and sup.log(), 10, 0.05, "the job.dead line")
     failed = log_lines(log, "job.failed")
     assert [(line["job"], line["trace_id"], line["span_id"]) for line in failed] == [
         (flaky, trace_id, s["span_id"]) for s in attempts[:2]
@@ -260,6 +261,42 @@ def test_a_real_supervisors_workers_continue_the_enqueuers_trace(conn, start, sp
     assert (timeout_line["job"], timeout_line["trace_id"]) == (stuck, trace_id)
     [dead] = log_lines(log, "job.dead")
     assert (dead["job"], dead["trace_id"]) == (stuck, trace_id) and "span_id" not in dead
+
+
+@pytest.mark.slow
+def test_shared_jobs_in_one_process_each_continue_their_own_enqueuers_trace(conn, start, spans, tmp_path):
+    """200 jobs, each enqueued in a request span of its own, run at once in one worker process: each
+    has its consumer span in its own enqueuer's trace, a child of its own send span; none is attached
+    to a neighbour's (the context is per task, not per process)."""
+    trace_of: dict[int, str] = {}
+    for _ in range(200):
+        with tracer.start_as_current_span("request") as request:
+            job_id = client.enqueue(conn, "shared_ok", {"seconds": 0.5})
+        trace_of[job_id] = f"{request.get_span_context().trace_id:032x}"
+    sends = {s["trace_id"]: s for s in spans() if s["kind"] == "PRODUCER"}  # one a trace
+    start(
+        "--capacity",
+        "300",
+        app="tests.apps.traced:shared_app",
+        procs=1,
+        env={"JOBSUP_OTEL": "1", "TRACED_SPANS_DIR": str(tmp_path)},
+    )
+    wait_for(lambda: finished(conn, 200), 60, 0.05, "the jobs to finish")
+    wait_for(lambda: len(worker_spans(tmp_path)) == 200, 10, 0.05, "the workers' spans")
+    recorded = worker_spans(tmp_path)
+    assert len({s["pid"] for s in recorded}) == 1
+    for span in recorded:
+        job_id = int(span["attributes"]["messaging.message.id"])
+        assert span["kind"] == SpanKind.CONSUMER.name
+        assert span["trace_id"] == trace_of[job_id], job_id
+        assert span["parent_id"] == sends[trace_of[job_id]]["span_id"], job_id
+    # They did share the process: most of the 200 spans were open at one instant.
+    edges = sorted([(s["start"], 1) for s in recorded] + [(s["end"], -1) for s in recorded])
+    open_now = most = 0
+    for _, step in edges:
+        open_now += step
+        most = max(most, open_now)
+    assert most >= 100, most
 
 
 @pytest.mark.slow

@@ -122,6 +122,17 @@ def stuck(job: Job) -> None:
     time.sleep(30)
 
 
+# --- shared_app: jobs that share a worker process, each in its own trace ----------------------------
+
+shared_app = App()
+
+
+@shared_app.handler("shared_ok", shared=True)
+async def shared_ok(job: Job) -> int:
+    await asyncio.sleep(float(job.payload.get("seconds", 0.2)))
+    return job.id
+
+
 def span_record(span: Any) -> dict[str, Any]:
     """What a test reads of a finished span (an SDK ReadableSpan)."""
     context, parent = span.get_span_context(), span.parent
@@ -138,6 +149,7 @@ def span_record(span: Any) -> dict[str, Any]:
         "events": [{"name": e.name, "attributes": dict(e.attributes)} for e in span.events],
         "pid": os.getpid(),
         "start": span.start_time,
+        "end": span.end_time,
     }
 
 
