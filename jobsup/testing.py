@@ -271,16 +271,22 @@ def _target_of(app: App) -> str:
 
 
 class _Inline:
+    """The test's own process as the one worker: the app's worker start functions run first, its stop
+    functions at the end, as in a worker of jobsup start."""
+
     def __init__(self, app: App) -> None:
-        from jobsup.supervisor.worker import Runner
+        from jobsup.supervisor.worker import Runner, run_hooks
 
         self.runner = Runner(app)
+        run_hooks(self.runner, app.worker_start)
 
     def run(self, job: Job) -> Answer:
         return self.runner.run(job)
 
     def close(self) -> None:
-        pass
+        from jobsup.supervisor.worker import run_hooks
+
+        run_hooks(self.runner, self.runner.app.worker_stop, quiet=True)
 
 
 class _Processes:

@@ -124,6 +124,12 @@ def test_one_job_past_its_timeout_is_cancelled_while_the_others_finish(runs, sta
     ids = _enqueue(runs, specs)
     sup = start("--capacity", "200", app=APP, procs=1)
     wait_for(lambda: runs.execute("SELECT count(*) FROM jobsup.jobs WHERE status = 'done'").fetchone()[0] == 99, 30)
+    wait_for(
+        lambda: runs.execute(
+            "SELECT attempts > 1 OR status <> 'running' FROM jobsup.jobs WHERE id = %s", (ids[50],)
+        ).fetchone()[0],
+        30,
+    )
     overrun = runs.execute("SELECT status, last_error FROM jobsup.jobs WHERE id = %s", (ids[50],)).fetchone()
     assert overrun[1] is not None and overrun[1].startswith("timed out after 0.5s"), overrun
     # Cancelled as a task, not by killing the process: one process did all of it.

@@ -409,7 +409,7 @@ def _serve(
 
     runner = Runner(app)
     try:
-        _hooks(runner, app.worker_start)
+        run_hooks(runner, app.worker_start)
     except BaseException as exc:
         send(fd, ("fatal", f"a worker start function of {app_target or django_settings} failed: {_describe(exc)}"))
         sys.exit(3)
@@ -449,7 +449,7 @@ def _serve(
                 message = None
         if message is None or message[0] == "stop":  # None: the supervisor is gone
             if message is not None:  # a clean stop: what the start functions opened is closed
-                _hooks(runner, app.worker_stop, quiet=True)
+                run_hooks(runner, app.worker_stop, quiet=True)
             return
         tag = message[0]
         if tag == "shared":
@@ -479,7 +479,7 @@ def _serve(
         message = None
 
 
-def _hooks(runner: Runner, hooks: list, quiet: bool = False) -> None:
+def run_hooks(runner: Runner, hooks: list, quiet: bool = False) -> None:
     """Run the app's worker start (or stop) functions, an async one on the worker's loop. `quiet`: a
     stop function's failure is printed, not raised: the worker is on its way out."""
     for hook in hooks:
