@@ -27,7 +27,14 @@ def test_bench_in_a_schema_of_its_own_prints_its_table_and_drops_it(empty_dsn):
     before = schemas_and_tables(empty_dsn)
     result = jobsup("bench", "--dsn", empty_dsn, "--procs", "2", timeout=300)
     assert result.returncode == 0, result.stderr
-    for label in ("bulk enqueue", "no-op jobs", "1 ms jobs", "pickup latency p50", "pickup latency p99"):
+    for label in (
+        "bulk enqueue",
+        "no-op jobs",
+        "1 ms jobs",
+        "100 ms async jobs, shared",
+        "pickup latency p50",
+        "pickup latency p99",
+    ):
         assert label in result.stdout
     assert "created schema jobsup for the bench and dropped it again" in result.stdout
     assert schemas_and_tables(empty_dsn) == before

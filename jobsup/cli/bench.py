@@ -36,11 +36,12 @@ from jobsup.ops import bench as benchmark
 # Default runs: one takes about 15 s on a 2-core machine, so the default stays under a minute.
 RUNS = 1
 PROCS = min(8, os.cpu_count() or 2)
-STEPS = ("starting the supervisor", "pickup latency", "no-op jobs", "1 ms jobs")
+STEPS = ("starting the supervisor", "pickup latency", "no-op jobs", "1 ms jobs", "100 ms jobs that wait")
 ROWS = [  # (figure, label, format)
     ("enqueue_jobs_per_s", "bulk enqueue (20,000 in one transaction)", "{:,.0f} jobs/s"),
     ("noop_jobs_per_s", "no-op jobs (20,000)", "{:,.0f} jobs/s"),
     ("sleep_1ms_jobs_per_s", "1 ms jobs (5,000)", "{:,.0f} jobs/s"),
+    ("wait_100ms_jobs_per_s", "100 ms async jobs, shared (5,000)", "{:,.0f} jobs/s"),
     ("pickup_p50_ms", "pickup latency p50", "{:.2f} ms"),
     ("pickup_p95_ms", "pickup latency p95", "{:.2f} ms"),
     ("pickup_p99_ms", "pickup latency p99", "{:.2f} ms"),

@@ -26,6 +26,8 @@ from jobsup.db.sql import one_row
 from jobsup.errors import JobsupError
 
 APP = "jobsup.ops.bench_app:app"
+# Jobs that wait 100 ms and share their worker processes, run by a supervisor of their own.
+WAIT_APP = "jobsup.ops.bench_app:wait_app"
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,7 @@ class Sizes:
     pickup_jobs: int = 200
     pickup_gap: float = 0.020  # seconds between two pickup jobs: an idle system, not a burst
     pickup_warmup: int = 30  # unmeasured, so every connection has connected and every worker is warm
+    wait_jobs: int = 5_000  # jobs that each await asyncio.sleep(0.1), sharing the processes
 
 
 class BenchFailed(JobsupError):
@@ -155,6 +158,18 @@ def one_run(
         sleep, _, _ = throughput(conn, "sleep_1ms", sizes.sleep_jobs, sup)
         workers = one_row(conn.execute(SQL["bench_workers"]).fetchone(), "bench_workers")[0]  # all_idle saw the row
         rss = statistics.median(w["rss"] for w in workers) / 2**20
+        process.terminate()
+        process.wait(60)
+        step("100 ms jobs that wait")  # the supervisor above removed its row as it stopped
+        process = subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "start", "--dsn", dsn, "--procs", str(procs), "--app", WAIT_APP]
+            + list(start_args),
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        wait(all_idle, 60, "the workers of jobs that wait")
+        waiting, _, _ = throughput(conn, "wait_100ms", sizes.wait_jobs, psutil.Process(process.pid))
         failed = False
     finally:
         process.terminate()
@@ -169,6 +184,7 @@ def one_run(
         "enqueue_jobs_per_s": enqueue_rate,
         "noop_jobs_per_s": noop,
         "sleep_1ms_jobs_per_s": sleep,
+        "wait_100ms_jobs_per_s": waiting,
         "pickup_p50_ms": percentile(latencies, 50),
         "pickup_p95_ms": percentile(latencies, 95),
         "pickup_p99_ms": percentile(latencies, 99),
