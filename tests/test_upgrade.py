@@ -5,9 +5,10 @@ enqueues, claims, completes, fails and reaps as it did, and from schema 8 on cla
 kind through its claim_limited within their limit; a release before limits is refused at its first
 claim of a limited job (SQLSTATE JS001), as migration 0008 says.
 
-The statements are in tests/previous_release/, generated from each release's commit by
-`python -m tests.previous_release`; the parameters are those its jobsup/db/lifecycle.py passed (psycopg
-ignores the keys a statement does not name, so one set serves every release)."""
+The statements are in tests/previous_release/ (each release's file holds what changed since the one
+before), generated from each release's commit by `python -m tests.previous_release`; the parameters
+are those its jobsup/db/lifecycle.py passed (psycopg ignores the keys a statement does not name, so one
+set serves every release)."""
 
 from __future__ import annotations
 
@@ -19,11 +20,10 @@ import pytest
 
 from jobsup.db.lifecycle import CLAIM_REFUSED
 from jobsup.db.migrate import LATEST
-from jobsup.db.sql import load
 from jobsup.ops import limits
 
 from .helpers import wait_for
-from .previous_release import REGENERATE, RELEASES, Release, has_history, text_of
+from .previous_release import COPIES, REGENERATE, RELEASES, Release, copy_of, has_history, statements, text_of
 
 OLD, REAPER = "old-a", "old-reaper"
 META = {"tenant": "acme"}
@@ -40,7 +40,7 @@ class Old:
 
     def __init__(self, conn: psycopg.Connection, release: Release) -> None:
         self.conn, self.release = conn, release
-        self.sql = load(release.path.read_text())
+        self.sql = statements(release)
 
     def enqueue(self, kind: str, n: int) -> int:
         params = {
@@ -119,10 +119,19 @@ def test_every_migration_from_0008_has_a_release_before_it():
 
 
 def test_each_release_file_is_what_its_commit_held(release):
-    if not has_history(release):
+    if not has_history(release.commit):
         pytest.skip(f"this clone lacks commit {release.commit[:12]} (a shallow clone)")
     assert release.path.read_text() == text_of(release), (
         f"tests/previous_release/{release.path.name} differs from its commit: run `{REGENERATE}`"
+    )
+
+
+@pytest.mark.parametrize("copy", COPIES, ids=[copy.name for copy in COPIES])
+def test_each_whole_copy_is_what_its_commit_held(copy):
+    if not has_history(copy.commit):
+        pytest.skip(f"this clone lacks commit {copy.commit[:12]} (a shallow clone)")
+    assert copy.path.read_text() == copy_of(copy), (
+        f"tests/previous_release/{copy.path.name} differs from its commit: run `{REGENERATE}`"
     )
 
 

@@ -1,15 +1,15 @@
-"""The statements of earlier releases, for the upgrade tests: each file here holds what one release ran
-against the schema (its enqueue, claim, claim of limited jobs, complete, fail and reap), taken from
-its commit by
+"""The statements of earlier releases, for the upgrade tests, taken from git history by
 
-    python -m tests.previous_release        # rewrite every release's file from git history
+    python -m tests.previous_release        # rewrite every file here from its commit
 
-and never edited by hand (tests/test_upgrade.py checks each file against its commit when the history is
-there). A release is the commit before a migration, or a version of the CHANGELOG: a supervisor or an
-enqueuer of that commit goes on running while the schema is upgraded under it.
+and never edited by hand (tests/test_upgrade.py checks each file against its commit when this clone
+holds the history).
 
-lifecycle.sql (schema 7) and lifecycle_v8.sql (schema 8) are older, whole copies of that commit's
-jobsup/db/queries/lifecycle.sql, run by tests/test_limits.py and tests/test_workflows_upgrade.py.
+A release is the commit before a migration, or a version of the CHANGELOG: a supervisor or an enqueuer
+of that commit goes on running while the schema is upgraded under it. Its file holds, of the statements
+it runs on every job (NAMES), those that differ from the release's before it; `statements()` puts them
+together. lifecycle.sql (schema 7) and lifecycle_v8.sql (schema 8) are whole copies of a commit's
+jobsup/db/queries/lifecycle.sql, for tests/test_limits.py and tests/test_workflows_upgrade.py.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent.parent
 REGENERATE = "python -m tests.previous_release"
 
-# The statements a supervisor and an enqueuer run on every job, in the order of its life.
+# The statements a supervisor and an enqueuer run on a job, in the order of its life.
 NAMES = ["enqueue", "claim", "claim_limited", "complete", "fail", "reap"]
 
 
@@ -42,6 +42,7 @@ class Release:
         return HERE / f"{self.name}.sql"
 
 
+# In the order they were made: each file holds what changed since the one above it.
 RELEASES = [
     Release("v0_1_0", "6d7a56ca21b005eebfb86df8366ab6a7f65ee2d6", 6, "0.1.0, the first version (no tag marks it)"),
     Release("before_0008", "7986b742026ddbabda673910f92eb29219db99d8", 7, "the commit before migration 0008 (limits)"),
@@ -60,6 +61,35 @@ RELEASES = [
     ),
 ]
 
+
+@dataclass(frozen=True)
+class Copy:
+    """A whole query file of a commit, kept as it was, under a header of its own."""
+
+    name: str
+    commit: str
+    header: str
+
+    @property
+    def path(self) -> Path:
+        return HERE / f"{self.name}.sql"
+
+
+COPIES = [
+    Copy(
+        "lifecycle",
+        "7986b742026ddbabda673910f92eb29219db99d8",
+        "-- The supervisor statements of the release before limits (schema version 7), as it shipped them: the\n"
+        "-- upgrade tests run them against the migrated schema (tests/test_limits.py). Never edited.\n",
+    ),
+    Copy(
+        "lifecycle_v8",
+        "0d1f1c011b2e314a4230cd730e7bca3dcf1650d8",
+        "-- The supervisor statements of the release before workflows (schema version 8), as it shipped them:\n"
+        "-- the upgrade tests run them against the migrated schema (tests/test_workflows_upgrade.py). Never edited.\n",
+    ),
+]
+
 # Where a commit kept its statements: one file before the package's layout by use, one per domain after.
 _QUERIES = re.compile(r"^jobsup/(queries\.sql|db/queries/\w+\.sql)$")
 # A statement's leading comments (why it is written so): today's files say that; left out to keep these small.
@@ -70,29 +100,51 @@ def _git(*args: str) -> str:
     return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout
 
 
-def has_history(release: Release) -> bool:
-    """Whether this clone holds the release's commit (a shallow clone does not)."""
-    found = subprocess.run(["git", "cat-file", "-e", f"{release.commit}^{{commit}}"], cwd=ROOT, capture_output=True)
+def has_history(commit: str) -> bool:
+    """Whether this clone holds `commit` (a shallow clone does not)."""
+    found = subprocess.run(["git", "cat-file", "-e", f"{commit}^{{commit}}"], cwd=ROOT, capture_output=True)
     return found.returncode == 0
 
 
-def statements_of(release: Release) -> dict[str, str]:
-    """NAMES as the release's query files held them (those it had)."""
+def _of_commit(commit: str) -> dict[str, str]:
+    """NAMES as the commit's query files held them (those it had)."""
     statements: dict[str, str] = {}
-    for path in sorted(_git("ls-tree", "-r", "--name-only", release.commit, "jobsup").split()):
+    for path in sorted(_git("ls-tree", "-r", "--name-only", commit, "jobsup").split()):
         if _QUERIES.match(path):
-            statements.update(load(_git("show", f"{release.commit}:{path}")))
+            statements.update(load(_git("show", f"{commit}:{path}")))
     return {name: _LEADING_COMMENTS.sub("", statements[name]) for name in NAMES if name in statements}
 
 
+def statements(release: Release) -> dict[str, str]:
+    """The release's statements: its file over those of the releases before it."""
+    together: dict[str, str] = {}
+    for earlier in RELEASES[: RELEASES.index(release) + 1]:
+        together.update(load(earlier.path.read_text()))
+    return together
+
+
 def text_of(release: Release) -> str:
+    """The release's file, made from its commit and the commit of the release before it."""
+    index = RELEASES.index(release)
+    before = _of_commit(RELEASES[index - 1].commit) if index else {}
+    now = _of_commit(release.commit)
+    gone = sorted(before.keys() - now.keys())
+    if gone:  # a file cannot say a statement is gone; these tests would run it still
+        raise RuntimeError(f"{release.name} lacks {', '.join(gone)}, which the release before it ran")
+    changed = {name: sql for name, sql in now.items() if before.get(name) != sql}
+    since = f"since {RELEASES[index - 1].name}.sql, the rest as there" if index else "all of them"
     header = (
         f"-- The statements of {release.what}: commit {release.commit[:12]}, schema version {release.schema}.\n"
-        f"-- Generated by `{REGENERATE}` from that commit's query files (their leading\n"
-        "-- comments left out); never edited. tests/test_upgrade.py runs them against today's schema.\n"
+        f"-- Those that changed {since} (their leading comments left out).\n"
+        f"-- Generated by `{REGENERATE}`; never edited. tests/test_upgrade.py runs them.\n"
     )
-    body = "".join(f"\n-- name: {name}\n{sql}\n" for name, sql in statements_of(release).items())
-    return header + body
+    if not changed:
+        header += "-- None changed.\n"
+    return header + "".join(f"\n-- name: {name}\n{sql}\n" for name, sql in changed.items())
+
+
+def copy_of(copy: Copy) -> str:
+    return copy.header + "\n" + _git("show", f"{copy.commit}:jobsup/db/queries/lifecycle.sql")
 
 
 def main(argv: list[str]) -> int:
@@ -102,4 +154,7 @@ def main(argv: list[str]) -> int:
     for release in RELEASES:
         release.path.write_text(text_of(release))
         print(f"wrote {release.path.relative_to(ROOT)}")
+    for copy in COPIES:
+        copy.path.write_text(copy_of(copy))
+        print(f"wrote {copy.path.relative_to(ROOT)}")
     return 0
