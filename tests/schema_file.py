@@ -17,7 +17,7 @@ import os
 import re
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -158,46 +158,35 @@ def _tables(conn: psycopg.Connection) -> Iterator[str]:
         yield f"{_origin('table', name)}\nCREATE TABLE jobsup.{name} (\n{body}\n);"
 
 
-def _views(conn: psycopg.Connection) -> Iterator[str]:
-    rows = conn.execute(
-        "SELECT c.relname, pg_get_viewdef(c.oid, true) FROM pg_class c"
-        " WHERE c.relnamespace = 'jobsup'::regnamespace AND c.relkind IN ('v', 'm') ORDER BY c.relname"
-    ).fetchall()
-    for name, definition in rows:
-        yield f"{_origin('view', name)}\nCREATE VIEW jobsup.{name} AS\n{definition.rstrip().rstrip(';')};"
+# The objects PostgreSQL prints whole: a query of (name, definition) rows for each, in the file's order.
+_VIEWS = """
+    SELECT c.relname, 'CREATE VIEW jobsup.' || c.relname || E' AS\n' || pg_get_viewdef(c.oid, true)
+    FROM pg_class c WHERE c.relnamespace = 'jobsup'::regnamespace AND c.relkind IN ('v', 'm') ORDER BY 1
+"""
+# Every index, those behind primary keys and unique constraints too (the definition names the table).
+_INDEXES = """
+    SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+    WHERE c.relnamespace = 'jobsup'::regnamespace ORDER BY 1
+"""
+_FUNCTIONS = """
+    SELECT p.proname, pg_get_functiondef(p.oid) FROM pg_proc p WHERE p.pronamespace = 'jobsup'::regnamespace
+    ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)
+"""
+_TRIGGERS = """
+    SELECT t.tgname, pg_get_triggerdef(t.oid, true) FROM pg_trigger t JOIN pg_class c ON c.oid = t.tgrelid
+    WHERE c.relnamespace = 'jobsup'::regnamespace AND NOT t.tgisinternal ORDER BY t.tgname, c.relname
+"""
 
 
-def _indexes(conn: psycopg.Connection) -> Iterator[str]:
-    """Every index, those behind primary keys and unique constraints too (the file names their table)."""
-    rows = conn.execute(
-        "SELECT c.relname, pg_get_indexdef(c.oid) FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-        " WHERE c.relnamespace = 'jobsup'::regnamespace ORDER BY c.relname"
-    ).fetchall()
-    for name, definition in rows:
-        origin = _origin("index", name)
-        if origin.endswith("(no migration names it)"):
-            origin = "-- made by its table's constraint"
-        yield f"{origin}\n{definition};"
+def _whole(kind: str, query: str) -> Callable[[psycopg.Connection], Iterator[str]]:
+    def read(conn: psycopg.Connection) -> Iterator[str]:
+        for name, definition in conn.execute(query):
+            origin = _origin(kind, name)
+            if kind == "index" and origin.endswith("(no migration names it)"):
+                origin = "-- made by its table's constraint"
+            yield f"{origin}\n{definition.rstrip().rstrip(';')};"
 
-
-def _functions(conn: psycopg.Connection) -> Iterator[str]:
-    rows = conn.execute(
-        "SELECT p.proname, pg_get_function_identity_arguments(p.oid), pg_get_functiondef(p.oid)"
-        " FROM pg_proc p WHERE p.pronamespace = 'jobsup'::regnamespace"
-        " ORDER BY p.proname, pg_get_function_identity_arguments(p.oid)"
-    ).fetchall()
-    for name, _arguments, definition in rows:
-        yield f"{_origin('function', name)}\n{definition.rstrip()};"
-
-
-def _triggers(conn: psycopg.Connection) -> Iterator[str]:
-    rows = conn.execute(
-        "SELECT t.tgname, c.relname, pg_get_triggerdef(t.oid, true) FROM pg_trigger t"
-        " JOIN pg_class c ON c.oid = t.tgrelid"
-        " WHERE c.relnamespace = 'jobsup'::regnamespace AND NOT t.tgisinternal ORDER BY t.tgname, c.relname"
-    ).fetchall()
-    for name, _table, definition in rows:
-        yield f"{_origin('trigger', name)}\n{definition};"
+    return read
 
 
 def _rows(conn: psycopg.Connection) -> Iterator[str]:
@@ -230,10 +219,10 @@ def _rows(conn: psycopg.Connection) -> Iterator[str]:
 SECTIONS = [
     ("Types", _types),
     ("Tables", _tables),
-    ("Views", _views),
-    ("Indexes", _indexes),
-    ("Functions", _functions),
-    ("Triggers", _triggers),
+    ("Views", _whole("view", _VIEWS)),
+    ("Indexes", _whole("index", _INDEXES)),
+    ("Functions", _whole("function", _FUNCTIONS)),
+    ("Triggers", _whole("trigger", _TRIGGERS)),
     ("Rows", _rows),
 ]
 

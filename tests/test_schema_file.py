@@ -60,6 +60,7 @@ def test_every_object_names_its_migrations():
         "DROP TRIGGER jobs_claim_protocol ON jobsup.jobs",
         "UPDATE jobsup.compat SET oldest = 9",
         "CREATE TYPE jobsup.mood AS ENUM ('calm')",
+        "CREATE VIEW jobsup.ready AS SELECT id FROM jobsup.jobs WHERE status = 'queued'",
     ],
 )
 def test_a_change_to_the_schema_changes_the_file(empty_dsn, change):
