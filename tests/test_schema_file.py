@@ -62,6 +62,7 @@ def test_every_object_names_its_migrations():
         "CREATE TYPE jobsup.mood AS ENUM ('calm')",
         "CREATE VIEW jobsup.ready AS SELECT id FROM jobsup.jobs WHERE status = 'queued'",
     ],
+    ids=["index", "column", "function", "trigger", "row", "type", "view"],
 )
 def test_a_change_to_the_schema_changes_the_file(empty_dsn, change):
     """What the test above would miss if the generator did not read it."""
