@@ -282,8 +282,12 @@ def main(argv: list[str]) -> int:
     elif rest:
         print(USAGE, file=sys.stderr)
         return 2
-    with _server(dsn) as server:
-        text = fresh(server)
+    try:
+        with _server(dsn) as server:
+            text = fresh(server)
+    except psycopg.Error as error:  # a server that is down, a role that may not create a database
+        print(f"schema_file: {str(error).strip().splitlines()[0]}", file=sys.stderr)
+        return 1
     relative = SCHEMA_FILE.relative_to(ROOT)
     if check:
         if SCHEMA_FILE.exists() and SCHEMA_FILE.read_text() == text:
