@@ -22,8 +22,6 @@ and a process that does not turn tracing on never imports opentelemetry at all.
 from __future__ import annotations
 
 import json
-import multiprocessing
-import multiprocessing.util
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -84,6 +82,10 @@ def instrument() -> None:
     )
     ENQUEUE.insert(0, ("jobsup.otel", _traced_enqueue))
     RUN.insert(0, ("jobsup.otel", _traced_run))
+    # Imported here: jobsup.middleware imports this module on every enqueue path, tracing on or not.
+    import multiprocessing
+    import multiprocessing.util
+
     if multiprocessing.parent_process() is not None:
         # A worker process ends through multiprocessing, which runs its own finalizers but not atexit's,
         # where the SDK's provider exports what its batch processor still holds.
