@@ -21,6 +21,7 @@ and a process that does not turn tracing on never imports opentelemetry at all.
 
 from __future__ import annotations
 
+import contextvars
 import json
 from collections.abc import Callable, Generator
 from typing import Any
@@ -40,20 +41,22 @@ _state: dict[str, Any] = {}  # once instrumented: the tracer and the API's names
 ENQUEUE: list[tuple[str, Callable[[JobSpec, dict[str, Any]], None]]] = []
 RUN: list[tuple[str, Callable[[Job], Generator[None, RunOutcome, None]]]] = []
 
-# (trace id, span id) in hex of the attempt this process runs now, when traced: a worker runs one at a
-# time, and jobsup.middleware.Attempt gives it to the supervisor's log lines about it.
-_attempt_trace: tuple[str, str] | None = None
+# (trace id, span id) in hex of the attempt running in this context, when traced: jobsup.middleware.Attempt
+# reads it once tracing has started the attempt's span and gives it to the supervisor's log lines about
+# it. A context variable, since jobs that share a worker process run at once, each in a task or thread.
+_attempt_trace: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "jobsup_attempt_trace", default=None
+)
 
 
 def attempt_trace() -> tuple[str, str] | None:
-    """The trace and span of the attempt running now, if tracing started its span."""
-    return _attempt_trace
+    """The trace and span of the attempt running in this context, if tracing started its span."""
+    return _attempt_trace.get()
 
 
 def forget_trace() -> None:
-    """Before an attempt starts: the trace of the one before is not its."""
-    global _attempt_trace
-    _attempt_trace = None
+    """Before an attempt starts: the trace of the one before it in this context is not its."""
+    _attempt_trace.set(None)
 
 
 def instrument() -> None:
@@ -126,7 +129,6 @@ def _traced_enqueue(spec: JobSpec, meta: dict[str, Any]) -> None:
 
 
 def _traced_run(job: Job) -> Generator[None, RunOutcome, None]:
-    global _attempt_trace
     trace, context = _state["trace"], _state["context"]
     # The root context when the job carries none: the attempt starts a trace of its own.
     parent = _state["propagate"].extract(job.meta or {})
@@ -144,7 +146,7 @@ def _traced_run(job: Job) -> Generator[None, RunOutcome, None]:
     )
     ids = span.get_span_context()
     if span.is_recording():  # not a no-op tracer's stand-in, which carries the producer's ids
-        _attempt_trace = (trace.format_trace_id(ids.trace_id), trace.format_span_id(ids.span_id))
+        _attempt_trace.set((trace.format_trace_id(ids.trace_id), trace.format_span_id(ids.span_id)))
     token = context.attach(trace.set_span_in_context(span))
     outcome = RunOutcome("failed", error=RuntimeError("the attempt ended without an outcome"))
     try:
