@@ -7,7 +7,7 @@ that sleeps for an hour, waits until it runs (its handler records its pid), runs
 as an operator would, and measures from the command's exit to the worker's pid gone (polled every
 millisecond), and to the row written `cancelled`. The command's own start (a Python process) takes far
 longer than the cancel, so the worker is usually gone before the command has exited: a second set of
-rounds cancels through jobsup.control.cancel in this process and measures from its commit. As a
+rounds cancels through jobsup.ops.control.cancel in this process and measures from its commit. As a
 baseline from the same run: the pickup of each round's job, from the enqueue's commit to its handler
 starting (the same path: a NOTIFY heard by the supervisor, which acts on it). Figures are p50 and max.
 """
@@ -139,7 +139,7 @@ def main() -> None:
     print(
         f"{r['cancels']} cancels of a running job: worker gone p50 {r['worker_gone_p50_ms']:.1f} ms "
         f"(max {r['worker_gone_max_ms']:.1f}) after `jobsup cancel` returned, row written cancelled p50 "
-        f"{r['cancelled_written_p50_ms']:.1f} ms; through jobsup.control.cancel, worker gone p50 "
+        f"{r['cancelled_written_p50_ms']:.1f} ms; through jobsup.ops.control.cancel, worker gone p50 "
         f"{r['api_worker_gone_p50_ms']:.1f} ms (max {r['api_worker_gone_max_ms']:.1f}) after its commit; "
         f"baseline pickup of a job p50 {r['pickup_p50_ms']:.1f} ms; load average {r['loadavg']}"
     )

@@ -19,8 +19,8 @@ _EXPORTS = {
     "Job": "job",
     "JobSpec": "job",
     "EnqueueOptions": "job",
-    "AsyncQueue": "client",
-    "Queue": "client",
+    "AsyncQueue": "pooled",
+    "Queue": "pooled",
     "aenqueue": "client",
     "aenqueue_many": "client",
     "enqueue": "client",
@@ -28,8 +28,8 @@ _EXPORTS = {
     "Snooze": "outcomes",
     "RetryAfter": "outcomes",
     "Discard": "outcomes",
-    "RunOutcome": "middleware",
-    "AttemptStopped": "middleware",
+    "RunOutcome": "outcomes",
+    "AttemptStopped": "outcomes",
     "Workflow": "workflow",
     "parents": "workflow",
     "aparents": "workflow",
@@ -45,8 +45,6 @@ if TYPE_CHECKING:
     from jobsup.app import App as App
     from jobsup.app import Handler as Handler
     from jobsup.app import load_app as load_app
-    from jobsup.client import AsyncQueue as AsyncQueue
-    from jobsup.client import Queue as Queue
     from jobsup.client import aenqueue as aenqueue
     from jobsup.client import aenqueue_many as aenqueue_many
     from jobsup.client import enqueue as enqueue
@@ -55,11 +53,13 @@ if TYPE_CHECKING:
     from jobsup.job import EnqueueOptions as EnqueueOptions
     from jobsup.job import Job as Job
     from jobsup.job import JobSpec as JobSpec
-    from jobsup.middleware import AttemptStopped as AttemptStopped
-    from jobsup.middleware import RunOutcome as RunOutcome
+    from jobsup.outcomes import AttemptStopped as AttemptStopped
     from jobsup.outcomes import Discard as Discard
     from jobsup.outcomes import RetryAfter as RetryAfter
+    from jobsup.outcomes import RunOutcome as RunOutcome
     from jobsup.outcomes import Snooze as Snooze
+    from jobsup.pooled import AsyncQueue as AsyncQueue
+    from jobsup.pooled import Queue as Queue
     from jobsup.workflow import Workflow as Workflow
     from jobsup.workflow import achildren as achildren
     from jobsup.workflow import aparents as aparents

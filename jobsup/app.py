@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 import psycopg
 
@@ -19,9 +19,7 @@ from jobsup.job import EncodedPayload, EnqueueOptions, Job, JobSpec, make_spec
 from jobsup.limits import Limits, check_key
 from jobsup.middleware import EnqueueMiddleware, Middleware, RunMiddleware
 from jobsup.schedule import DEFAULT_MISSED_LIMIT, Schedule
-
-if TYPE_CHECKING:
-    from jobsup.workflow import Workflow
+from jobsup.workflow import Workflow
 
 HandlerFunc = Callable[[Job], Any]
 KeyFunc = Callable[[dict[str, Any]], str]
@@ -292,8 +290,6 @@ class App:
 
     def workflow(self, name: str | None = None, *, on_parent_failure: str = "cancel") -> Workflow:
         """A Workflow whose jobs take this app's handler defaults (and must be kinds it handles)."""
-        from jobsup.workflow import Workflow
-
         return Workflow(name, app=self, on_parent_failure=on_parent_failure)
 
     def enqueue(

@@ -1,4 +1,5 @@
-"""Enqueueing: the functions that take the caller's connection, and Queue/AsyncQueue, which bring a pool.
+"""Enqueueing: the functions that take the caller's connection (Queue and AsyncQueue, which bring a pool,
+are in jobsup.pooled).
 
 On a connection inside the caller's transaction, the job is part of it: rolled back, the job never
 existed; committed, it is there, and its NOTIFY goes out at commit. Each function has a sync and an
@@ -7,19 +8,16 @@ asyncio form that share one statement of `db/queries/jobs.sql`.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Unpack
+from typing import Any, Unpack
 
 import psycopg
-from psycopg_pool import AsyncConnectionPool, ConnectionPool
 
 from jobsup import middleware, workflow
-from jobsup.db import dsn as dsns
 from jobsup.db.sql import Op, arun, run, sorted_ids
 from jobsup.job import EnqueueOptions, JobSpec, insert_columns, make_spec
-
-if TYPE_CHECKING:
-    from jobsup.app import App
+from jobsup.middleware import HasMiddleware
 
 OneJob = JobSpec | Mapping[str, Any]
 
@@ -95,95 +93,50 @@ async def aenqueue_many(conn: psycopg.AsyncConnection[Any], jobs: Iterable[OneJo
 # (tracing) and `app`'s (None: the process's alone). App's enqueue functions call these.
 
 
-def enqueue_spec(conn: psycopg.Connection[Any], spec: JobSpec, app: App | None) -> int | None:
+def enqueue_spec(conn: psycopg.Connection[Any], spec: JobSpec, app: HasMiddleware | None) -> int | None:
     spec = middleware.stamp(spec, app)
     if spec.after:  # stamped already: the one-job workflow runs no middleware of its own
         return workflow.enqueue_dependents(conn, [spec])[0]
     return run(conn, _enqueue_op(spec))
 
 
-async def aenqueue_spec(conn: psycopg.AsyncConnection[Any], spec: JobSpec, app: App | None) -> int | None:
+async def aenqueue_spec(conn: psycopg.AsyncConnection[Any], spec: JobSpec, app: HasMiddleware | None) -> int | None:
     spec = middleware.stamp(spec, app)
     if spec.after:
         return (await workflow.aenqueue_dependents(conn, [spec]))[0]
     return await arun(conn, _enqueue_op(spec))
 
 
-def enqueue_specs(conn: psycopg.Connection[Any], specs: list[JobSpec], app: App | None) -> list[int | None]:
+def enqueue_specs(conn: psycopg.Connection[Any], specs: list[JobSpec], app: HasMiddleware | None) -> list[int | None]:
     specs = middleware.stamp_all(specs, app)
     if any(spec.after for spec in specs):
         return workflow.enqueue_dependents(conn, specs)
     return run(conn, _enqueue_many_op(specs)) if specs else []
 
 
-async def aenqueue_specs(conn: psycopg.AsyncConnection[Any], specs: list[JobSpec], app: App | None) -> list[int | None]:
+async def aenqueue_specs(
+    conn: psycopg.AsyncConnection[Any], specs: list[JobSpec], app: HasMiddleware | None
+) -> list[int | None]:
     specs = middleware.stamp_all(specs, app)
     if any(spec.after for spec in specs):
         return await workflow.aenqueue_dependents(conn, specs)
     return await arun(conn, _enqueue_many_op(specs)) if specs else []
 
 
-def _empty_app() -> App:
-    from jobsup.app import App  # app imports this module for its own enqueue
+# Queue and AsyncQueue enqueue through an App, which imports this module for its own enqueue: they moved
+# up to jobsup.pooled. The old path works for one release, with a DeprecationWarning.
+_MOVED = {"Queue", "AsyncQueue"}
 
-    return App()
 
-
-class Queue:
-    """`Queue(dsn).enqueue("email", {...})`: each call commits on its own. Pass `app` for its defaults."""
-
-    def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
-        self.app = app or _empty_app()
-        self.pool = ConnectionPool(
-            dsns.resolve(dsn),
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
-            open=True,
+def __getattr__(name: str) -> Any:
+    if name in _MOVED:
+        warnings.warn(
+            f"jobsup.client.{name} moved to jobsup.pooled.{name} (jobsup.{name} is the same class); "
+            "the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
         )
+        from jobsup import pooled
 
-    def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
-        with self.pool.connection() as conn:
-            return self.app.enqueue(conn, kind, payload, **options)
-
-    def enqueue_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
-        with self.pool.connection() as conn:
-            return self.app.enqueue_many(conn, jobs)
-
-    def close(self) -> None:
-        self.pool.close()
-
-    def __enter__(self) -> Queue:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class AsyncQueue:
-    """The asyncio form of Queue: `async with AsyncQueue(dsn) as q: await q.enqueue(...)`."""
-
-    def __init__(self, dsn: str | None = None, *, app: App | None = None, max_size: int = 4) -> None:
-        self.app = app or _empty_app()
-        self.pool = AsyncConnectionPool(
-            dsns.resolve(dsn),
-            min_size=1,
-            max_size=max_size,
-            kwargs={"autocommit": True, "prepare_threshold": dsns.prepare_threshold()},
-            open=False,
-        )
-
-    async def enqueue(self, kind: str | JobSpec, payload: Any = None, **options: Unpack[EnqueueOptions]) -> int | None:
-        async with self.pool.connection() as conn:
-            return await self.app.aenqueue(conn, kind, payload, **options)
-
-    async def enqueue_many(self, jobs: Iterable[JobSpec | Mapping[str, Any]]) -> list[int | None]:
-        async with self.pool.connection() as conn:
-            return await self.app.aenqueue_many(conn, jobs)
-
-    async def __aenter__(self) -> AsyncQueue:
-        await self.pool.open()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.pool.close()
+        return getattr(pooled, name)
+    raise AttributeError(f"module 'jobsup.client' has no attribute {name!r}")

@@ -15,6 +15,7 @@ import json
 import os
 import re
 import traceback
+from collections.abc import Callable
 from inspect import iscoroutinefunction
 from typing import TYPE_CHECKING, Any
 
@@ -409,7 +410,7 @@ def worker_app(settings_module: str, app_target: str | None = None) -> TaskApp:
     return TaskApp(load_app(app_target) if app_target else None)
 
 
-def _runner(task: Task):  # -> Callable[[Job], Any]
+def _runner(task: Task) -> Callable[[Job], Any]:
     # A sync task's function is called directly (Task.call would ask each time whether it is a
     # coroutine function); an async one goes through Task.call, which runs it with async_to_sync as the
     # framework's own backends do, so the ORM calls it makes through sync_to_async work as in a view.

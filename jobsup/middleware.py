@@ -26,50 +26,32 @@ inside it do not run; those outside it see the failure). After the handler, it f
 had not failed; a failure of the handler stays the attempt's error, with the middleware's added to its
 traceback. An enqueue middleware's exception is the enqueue's: nothing is written.
 
-This module imports nothing beyond jobsup's ground modules: every enqueue and every run passes here.
+This module imports nothing beyond jobsup's ground modules and jobsup.otel (which imports opentelemetry
+only once tracing is turned on): every enqueue and every run passes here. It takes an app as anything
+with a `middleware` (HasMiddleware), so that jobsup.app, above it, imports it and not the reverse.
 """
 
 from __future__ import annotations
 
-import contextvars
 import inspect
 import os
 import warnings
 from collections.abc import Callable, Generator, Iterable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, Protocol
 
+from jobsup import otel
 from jobsup.errors import BadInput
 from jobsup.job import Job, JobSpec
 
-if TYPE_CHECKING:
-    from jobsup.app import App
+# RunOutcome and AttemptStopped are defined beside the other outcomes, which jobsup.otel reads too; this
+# module's names for them stay, as the run middleware's own.
+from jobsup.outcomes import STATUSES as STATUSES
+from jobsup.outcomes import AttemptStopped as AttemptStopped
+from jobsup.outcomes import RunOutcome as RunOutcome
 
 EnqueueMiddleware = Callable[[JobSpec, dict[str, Any]], None]
-RunMiddleware = Callable[[Job], Generator[None, "RunOutcome", None]]
-
-# What a run middleware learns of an attempt, in RunOutcome.status: the handler returned (done), raised
-# (failed: RetryAfter too), snoozed or discarded; or the attempt was stopped from outside while it ran
-# (see AttemptStopped): past its timeout (timed_out), by an operator's cancel (cancelled), by a shutdown
-# that hands it back unspent (interrupted), or for another reason that costs the attempt (failed).
-STATUSES = ("done", "failed", "snoozed", "discarded", "cancelled", "timed_out", "interrupted")
-
-
-class RunOutcome(NamedTuple):
-    """How one attempt ended, as a run middleware's `yield` returns it."""
-
-    status: str  # one of STATUSES
-    value: Any = None  # done: what the handler returned
-    # failed: the exception (a RetryAfter too); snoozed, discarded: the Snooze or Discard; an attempt
-    # stopped from outside: an AttemptStopped saying why.
-    error: BaseException | None = None
-
-
-class AttemptStopped(Exception):
-    """The error of an attempt stopped from outside its handler (a timeout, a cancel, a shutdown, a
-    worker over its memory): the supervisor stops its worker process with SIGTERM, and before it ends,
-    the worker finishes the attempt's run middleware with this. What the middleware do then must fit in
-    the supervisor's kill grace (2 s): the worker is killed after it."""
+RunMiddleware = Callable[[Job], Generator[None, RunOutcome, None]]
 
 
 def name_of(func: Callable[..., Any]) -> str:
@@ -105,6 +87,13 @@ class Middleware:
         return func
 
 
+class HasMiddleware(Protocol):
+    """What this module needs of an app (jobsup.app.App): its middleware."""
+
+    @property
+    def middleware(self) -> Middleware: ...
+
+
 # --- the process's own middleware: tracing ---------------------------------------------------------
 
 _process: Middleware | None = None
@@ -115,18 +104,17 @@ _TRUE = ("1", "true", "yes", "on")
 
 def process() -> Middleware:
     """The middleware of every enqueue and every run of this process, whatever the app: jobsup.otel's,
-    once tracing is on. JOBSUP_OTEL is read on first use, so a process without it imports nothing more."""
+    once tracing is on (its lists, which instrument() fills). JOBSUP_OTEL is read on first use, so a
+    process without it imports nothing more."""
     global _process
     if _process is None:
-        _process = Middleware()
+        _process = Middleware(enqueue=otel.ENQUEUE, run=otel.RUN)
         if os.environ.get(OTEL_ENV, "").strip().lower() in _TRUE:
             _instrument_from_env()
     return _process
 
 
 def _instrument_from_env() -> None:
-    from jobsup import otel
-
     try:
         otel.instrument()
     except ImportError as exc:
@@ -137,20 +125,20 @@ def _instrument_from_env() -> None:
 # --- enqueue -------------------------------------------------------------------------------------------
 
 
-def _enqueue_chain(app: App | None) -> list[tuple[str, EnqueueMiddleware]]:
+def _enqueue_chain(app: HasMiddleware | None) -> list[tuple[str, EnqueueMiddleware]]:
     chain = process().enqueue
     if app is not None and app.middleware.enqueue:
         chain = chain + app.middleware.enqueue
     return chain
 
 
-def stamp(spec: JobSpec, app: App | None) -> JobSpec:
+def stamp(spec: JobSpec, app: HasMiddleware | None) -> JobSpec:
     """`spec` with the meta that the process's and `app`'s enqueue middleware give it."""
     chain = _enqueue_chain(app)
     return _stamped(spec, chain) if chain else spec
 
 
-def stamp_all(specs: Iterable[JobSpec], app: App | None) -> list[JobSpec]:
+def stamp_all(specs: Iterable[JobSpec], app: HasMiddleware | None) -> list[JobSpec]:
     chain = _enqueue_chain(app)
     return [_stamped(spec, chain) for spec in specs] if chain else list(specs)
 
@@ -167,14 +155,9 @@ def _stamped(spec: JobSpec, chain: list[tuple[str, EnqueueMiddleware]]) -> JobSp
 # --- run -----------------------------------------------------------------------------------------------
 
 
-def run_chain(app: App) -> list[tuple[str, RunMiddleware]]:
+def run_chain(app: HasMiddleware) -> list[tuple[str, RunMiddleware]]:
     """The run middleware of a worker of `app`, outermost first: the process's, then the app's."""
     return process().run + app.middleware.run
-
-
-# The attempt running in this context: a task or thread of its own for each job that shares a worker
-# process, the process for one that runs alone.
-_attempt: contextvars.ContextVar[Attempt | None] = contextvars.ContextVar("jobsup_attempt", default=None)
 
 
 class Attempt:
@@ -192,17 +175,21 @@ class Attempt:
     def enter(self) -> tuple[str, BaseException] | None:
         """Run each middleware up to its yield; the name and exception of one that raised (the rest are
         not started), or None."""
-        _attempt.set(self)
-        for name, func in self.chain:
-            try:
-                steps = func(self.job)
-                next(steps)
-            except StopIteration:
-                return name, RuntimeError(f"run middleware {name} returned without yielding")
-            except BaseException as exc:
-                return name, exc
-            self.started.append((name, steps))
-        return None
+        otel.forget_trace()
+        try:
+            for name, func in self.chain:
+                try:
+                    steps = func(self.job)
+                    next(steps)
+                except StopIteration:
+                    return name, RuntimeError(f"run middleware {name} returned without yielding")
+                except BaseException as exc:
+                    return name, exc
+                self.started.append((name, steps))
+            return None
+        finally:
+            # Tracing, outermost, has started its span (if on) before anything here can fail.
+            self.trace = otel.attempt_trace()
 
     def leave_one(self, outcome: RunOutcome) -> tuple[str, BaseException] | None:
         """Resume the innermost middleware not yet left with `outcome`; its name and exception if it
@@ -218,12 +205,4 @@ class Attempt:
         return name, RuntimeError(f"run middleware {name} yielded more than once")
 
     def close(self) -> None:
-        if _attempt.get() is self:
-            _attempt.set(None)
-
-
-def note_trace(trace_id: str, span_id: str) -> None:
-    """Give the attempt running now its trace and span (hex), for the supervisor's log lines about it."""
-    attempt = _attempt.get()
-    if attempt is not None:
-        attempt.trace = (trace_id, span_id)
+        """Nothing to release: kept for the worker, which closes every attempt it entered."""

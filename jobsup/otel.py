@@ -2,8 +2,9 @@
 
 Turned on for a process by JOBSUP_OTEL=1 in its environment (a supervisor's workers inherit it), or by
 `jobsup.otel.instrument()`; it uses the global tracer provider, which the application configures (in the
-module of its App, which every worker imports). Built on jobsup's middleware (jobsup.middleware), outside
-every app's own:
+module of its App, which every worker imports). Its middleware are the process's own, which
+jobsup.middleware runs outside every app's (ENQUEUE and RUN below: jobsup.middleware imports this module,
+not the reverse):
 
 - each enqueue inside an active span records a PRODUCER span `send <kind>`, a child of it, and stores
   that span's W3C context (traceparent, tracestate, and baggage if any) in the job's meta; outside a
@@ -20,15 +21,13 @@ and a process that does not turn tracing on never imports opentelemetry at all.
 
 from __future__ import annotations
 
+import contextvars
 import json
-import multiprocessing
-import multiprocessing.util
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
-from jobsup import middleware
 from jobsup.job import Job, JobSpec
-from jobsup.middleware import AttemptStopped, RunOutcome
+from jobsup.outcomes import AttemptStopped, RunOutcome
 
 SYSTEM = "jobsup"  # messaging.system
 # How long an attempt stopped from outside waits for its spans to be exported before the worker ends
@@ -36,6 +35,28 @@ SYSTEM = "jobsup"  # messaging.system
 STOP_FLUSH_MILLIS = 1000
 
 _state: dict[str, Any] = {}  # once instrumented: the tracer and the API's names this module uses
+
+# The process's own enqueue and run middleware (jobsup.middleware.process() runs them outside every app's):
+# tracing's while it is on, else none. Changed in place: jobsup.middleware holds these very lists.
+ENQUEUE: list[tuple[str, Callable[[JobSpec, dict[str, Any]], None]]] = []
+RUN: list[tuple[str, Callable[[Job], Generator[None, RunOutcome, None]]]] = []
+
+# (trace id, span id) in hex of the attempt running in this context, when traced: jobsup.middleware.Attempt
+# reads it once tracing has started the attempt's span and gives it to the supervisor's log lines about
+# it. A context variable, since jobs that share a worker process run at once, each in a task or thread.
+_attempt_trace: contextvars.ContextVar[tuple[str, str] | None] = contextvars.ContextVar(
+    "jobsup_attempt_trace", default=None
+)
+
+
+def attempt_trace() -> tuple[str, str] | None:
+    """The trace and span of the attempt running in this context, if tracing started its span."""
+    return _attempt_trace.get()
+
+
+def forget_trace() -> None:
+    """Before an attempt starts: the trace of the one before it in this context is not its."""
+    _attempt_trace.set(None)
 
 
 def instrument() -> None:
@@ -48,10 +69,12 @@ def instrument() -> None:
         from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     except ImportError:
         raise ImportError("jobsup.otel needs opentelemetry-api: pip install 'jobsup[otel]'") from None
-    from jobsup import __version__
+    # The package's version as jobsup.__version__ reads it, without importing the package's __init__,
+    # which names the modules above this one.
+    from importlib.metadata import version
 
     _state.update(
-        tracer=trace.get_tracer("jobsup", __version__),
+        tracer=trace.get_tracer("jobsup", version("jobsup")),
         trace=trace,
         context=context,
         propagate=propagate,
@@ -60,9 +83,12 @@ def instrument() -> None:
         Status=Status,
         StatusCode=StatusCode,
     )
-    chains = middleware.process()
-    chains.enqueue.insert(0, ("jobsup.otel", _traced_enqueue))
-    chains.run.insert(0, ("jobsup.otel", _traced_run))
+    ENQUEUE.insert(0, ("jobsup.otel", _traced_enqueue))
+    RUN.insert(0, ("jobsup.otel", _traced_run))
+    # Imported here: jobsup.middleware imports this module on every enqueue path, tracing on or not.
+    import multiprocessing
+    import multiprocessing.util
+
     if multiprocessing.parent_process() is not None:
         # A worker process ends through multiprocessing, which runs its own finalizers but not atexit's,
         # where the SDK's provider exports what its batch processor still holds.
@@ -73,9 +99,8 @@ def uninstrument() -> None:
     """Stop tracing this process's enqueues and runs (tests)."""
     if not _state:
         return
-    chains = middleware.process()
-    chains.enqueue[:] = [m for m in chains.enqueue if m[1] is not _traced_enqueue]
-    chains.run[:] = [m for m in chains.run if m[1] is not _traced_run]
+    ENQUEUE[:] = [m for m in ENQUEUE if m[1] is not _traced_enqueue]
+    RUN[:] = [m for m in RUN if m[1] is not _traced_run]
     _state.clear()
 
 
@@ -121,7 +146,7 @@ def _traced_run(job: Job) -> Generator[None, RunOutcome, None]:
     )
     ids = span.get_span_context()
     if span.is_recording():  # not a no-op tracer's stand-in, which carries the producer's ids
-        middleware.note_trace(trace.format_trace_id(ids.trace_id), trace.format_span_id(ids.span_id))
+        _attempt_trace.set((trace.format_trace_id(ids.trace_id), trace.format_span_id(ids.span_id)))
     token = context.attach(trace.set_span_in_context(span))
     outcome = RunOutcome("failed", error=RuntimeError("the attempt ended without an outcome"))
     try:

@@ -8,12 +8,15 @@
 
 Each is recorded in the job's `errors`. A bad argument (Snooze(-1)) raises BadInput where the handler
 builds it, which fails that attempt saying why.
+
+Also how an attempt ended as run middleware (jobsup.middleware) and tracing (jobsup.otel) learn it:
+RunOutcome, and AttemptStopped for an attempt stopped from outside its handler.
 """
 
 from __future__ import annotations
 
 import math
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from jobsup.errors import BadInput, JobsupError
 
@@ -80,3 +83,27 @@ class Answer(NamedTuple):
     value: str | None = None  # a done job's return value as JSON text; None when it returned None
     verb: tuple | None = None  # a handler's ("snooze", seconds), ("retry", seconds) or ("discard",)
     ran: float = 0.0  # seconds the handler ran, measured by the worker
+
+
+# What a run middleware learns of an attempt, in RunOutcome.status: the handler returned (done), raised
+# (failed: RetryAfter too), snoozed or discarded; or the attempt was stopped from outside while it ran
+# (see AttemptStopped): past its timeout (timed_out), by an operator's cancel (cancelled), by a shutdown
+# that hands it back unspent (interrupted), or for another reason that costs the attempt (failed).
+STATUSES = ("done", "failed", "snoozed", "discarded", "cancelled", "timed_out", "interrupted")
+
+
+class RunOutcome(NamedTuple):
+    """How one attempt ended, as a run middleware's `yield` returns it."""
+
+    status: str  # one of STATUSES
+    value: Any = None  # done: what the handler returned
+    # failed: the exception (a RetryAfter too); snoozed, discarded: the Snooze or Discard; an attempt
+    # stopped from outside: an AttemptStopped saying why.
+    error: BaseException | None = None
+
+
+class AttemptStopped(Exception):
+    """The error of an attempt stopped from outside its handler (a timeout, a cancel, a shutdown, a
+    worker over its memory): the supervisor stops its worker process with SIGTERM, and before it ends,
+    the worker finishes the attempt's run middleware with this. What the middleware do then must fit in
+    the supervisor's kill grace (2 s): the worker is killed after it."""

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 from psycopg.pq import TransactionStatus
@@ -27,11 +27,22 @@ from jobsup import middleware
 from jobsup.db.sql import Op, arun, arun_steps, run, run_steps
 from jobsup.errors import BadInput
 from jobsup.job import PARENT_FAILURE_POLICIES, Job, JobSpec, check_job_id, insert_columns, make_spec
-
-if TYPE_CHECKING:
-    from jobsup.app import App
+from jobsup.middleware import Middleware
 
 Step = str | JobSpec | Mapping[str, Any]
+
+
+class WorkflowApp(Protocol):
+    """What a workflow needs of its app (jobsup.app.App, which imports this module for app.workflow()):
+    its enqueue middleware, and its handler defaults for a job, refusing a kind it has no handler for."""
+
+    @property
+    def middleware(self) -> Middleware: ...
+
+    def _known_spec(
+        self, kind: str | JobSpec | Mapping[str, Any], payload: Any = None, options: Mapping[str, Any] | None = None
+    ) -> JobSpec: ...
+
 
 # Outside autocommit, the caller's transaction begins with its first statement; psycopg's transaction()
 # on a connection with none begun would begin one of its own and commit it at its end. This statement
@@ -92,7 +103,9 @@ class Workflow:
     adds work that it finds only at run time, and can make a later job wait for it.
     """
 
-    def __init__(self, name: str | None = None, *, app: App | None = None, on_parent_failure: str = "cancel") -> None:
+    def __init__(
+        self, name: str | None = None, *, app: WorkflowApp | None = None, on_parent_failure: str = "cancel"
+    ) -> None:
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise BadInput(f"a workflow's name must be a non-empty string, not {name!r}")
         if on_parent_failure not in PARENT_FAILURE_POLICIES:
@@ -110,7 +123,9 @@ class Workflow:
         self.id: int | None = None  # set by enqueue
 
     @classmethod
-    def extending(cls, job: Job | int, *, app: App | None = None, on_parent_failure: str = "cancel") -> Workflow:
+    def extending(
+        cls, job: Job | int, *, app: WorkflowApp | None = None, on_parent_failure: str = "cancel"
+    ) -> Workflow:
         """A Workflow whose jobs join the workflow of `job` (a Job, or its id)."""
         workflow = cls(app=app, on_parent_failure=on_parent_failure)
         workflow.extends = check_job_id(job.id if isinstance(job, Job) else job, "Workflow.extending")

@@ -138,6 +138,25 @@ def enqueue_kinds(conn: psycopg.Connection, kinds: Sequence[str], **opts) -> lis
     return client.enqueue_many(conn, [dict(kind=k, **opts) for k in kinds])
 
 
+def went_on_past(conn: psycopg.Connection, sup: Supervisor, seconds: float = 0.5) -> None:
+    """Wait until `sup` records a heartbeat `seconds` (by the database's clock) after now: its loop ran
+    that long past this moment. A test that asserts something did not happen waits for this rather than
+    a fixed sleep, so that a supervisor that stalled cannot pass it: it had its chance to do the thing."""
+    (moment,) = conn.execute("SELECT clock_timestamp()").fetchone()
+    wait_for(
+        lambda: (
+            conn.execute(
+                "SELECT heartbeat_at > %s + make_interval(secs => %s) FROM jobsup.supervisors WHERE pid = %s",
+                (moment, seconds, sup.pid),
+            ).fetchone()
+            == (True,)
+        ),
+        timeout=seconds + 15,
+        interval=0.05,
+        message=f"a heartbeat {seconds}s after {moment:%H:%M:%S.%f}",
+    )
+
+
 def alive(process: psutil.Process) -> bool:
     """Running and not a zombie; a process that ends while we look is not alive."""
     try:

@@ -13,7 +13,7 @@ import pytest
 from jobsup import client
 
 from .helpers import jobsup, wait_for
-from .supervisor_helpers import alive, make_calls_table
+from .supervisor_helpers import alive, make_calls_table, went_on_past
 
 APP = "tests.apps.control:app"
 
@@ -339,14 +339,19 @@ def test_pausing_a_queue_under_load_on_two_supervisors(conn, dsn, start):
             0.05,
             "both queues running",
         )
-        time.sleep(2)  # a steady state to compare with (a fixed span of the stream, not a wait for a result)
+        # A steady state to compare with: the stream running into both queues for 2 s by the database's
+        # clock, which the spans compared below are read by.
+        steady = db_now(conn)
+        wait_for(lambda: db_now(conn) >= steady + timedelta(seconds=2), 10, 0.05, "2 s of the stream")
         result = jobsup("pause", "a", "--dsn", dsn)
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == "paused queue a: no supervisor claims from it; running jobs finish"
         (paused_at,) = conn.execute("SELECT paused_at FROM jobsup.queue_pauses WHERE queue = 'a'").fetchone()
         for sup in sups:
             sup.wait_log("queue.paused")
-        time.sleep(3.5)  # the stream goes on into both queues for a span of 3.5 s
+        # The stream goes on into both queues until the spans compared below (up to 3 s after the pause)
+        # have passed, by the database's clock.
+        wait_for(lambda: db_now(conn) >= paused_at + timedelta(seconds=3.5), 15, 0.05, "3.5 s of the pause")
         during_end = db_now(conn)
         late = started_by_queue(conn, paused_at + timedelta(seconds=2), during_end)
         assert late.get("a", 0) == 0, late  # nothing of `a` started more than 2 s after the pause
@@ -384,7 +389,7 @@ def test_a_pause_whose_notify_was_missed_is_read_by_the_heartbeat(conn, dsn, sta
     sup.wait_log("queue.paused", 10)
     (since,) = conn.execute("SELECT clock_timestamp()").fetchone()
     ids = client.enqueue_many(conn, [{"kind": "tick"}] * 5)
-    time.sleep(1)  # a span in which nothing may start
+    went_on_past(conn, sup, 1.0)  # a span in which nothing may start, the supervisor looping through it
     assert started_by_queue(conn, since, db_now(conn)) == {}
     stats = jobsup("stats", "--json", "--dsn", dsn)
     assert [q["queue"] for q in json.loads(stats.stdout)["paused_queues"]] == ["default"]

@@ -70,7 +70,7 @@ def test_a_payload_that_is_not_an_object_is_refused_everywhere(conn, dsn):
                     await client.aenqueue_many(aconn, [{"kind": "k", "payload": payload}])
 
     asyncio.run(async_calls())
-    with client.Queue(dsn) as queue:
+    with jobsup.Queue(dsn) as queue:
         with pytest.raises(BadInput, match="payload of a 'k' job must be a JSON object"):
             queue.enqueue("k", [1, 2])
         with pytest.raises(BadInput, match="JSON object"):
@@ -118,12 +118,12 @@ def test_an_app_refuses_a_kind_it_has_no_handler_for(conn, dsn):
                 await app.aenqueue(aconn, "emial")
             with pytest.raises(BadInput, match="did you mean 'report'"):
                 await app.aenqueue_many(aconn, [{"kind": "reprot"}])
-        async with client.AsyncQueue(dsn, app=app) as aqueue:
+        async with jobsup.AsyncQueue(dsn, app=app) as aqueue:
             with pytest.raises(BadInput, match="no handler for kind 'emial'"):
                 await aqueue.enqueue("emial")
 
     asyncio.run(async_calls())
-    with client.Queue(dsn, app=app) as queue:
+    with jobsup.Queue(dsn, app=app) as queue:
         with pytest.raises(BadInput, match="no handler for kind 'emial'"):
             queue.enqueue("emial")
         with pytest.raises(BadInput, match="no handler for kind 'zzz'"):
@@ -143,7 +143,7 @@ def test_an_app_refuses_a_kind_it_has_no_handler_for(conn, dsn):
         finder.enqueue(conn, "mymodule.tasks.send"),
         app.enqueue(conn, "email"),
     ]
-    with client.Queue(dsn) as queue:
+    with jobsup.Queue(dsn) as queue:
         ids.append(queue.enqueue("emial"))
     assert all(ids) and count(conn) == 5
 

@@ -1,4 +1,4 @@
-"""Queue latency and run time per kind (jobsup/latency.py), written by real supervisors."""
+"""Queue latency and run time per kind (jobsup/ops/latency.py), written by real supervisors."""
 
 from __future__ import annotations
 

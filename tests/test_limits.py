@@ -4,7 +4,6 @@ against the migrated schema. tests/test_limits_supervisors.py holds them across 
 
 from __future__ import annotations
 
-import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -22,7 +21,7 @@ from jobsup.testing import drain
 
 from .helpers import jobsup as run_jobsup
 from .helpers import refused_all, wait_for
-from .supervisor_helpers import status_counts
+from .supervisor_helpers import status_counts, went_on_past
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 PREVIOUS_RELEASE = Path(__file__).parent / "previous_release"
@@ -404,7 +403,7 @@ def test_a_supervisor_whose_claim_protocol_is_too_old_stops_claiming_and_says_wh
     sup.wait_log("claim.refused")
     assert "requires claim protocol 9, this release speaks 8: a test" in sup.log()
     job_id = jobsup.enqueue(conn, "free")
-    time.sleep(1.0)
+    went_on_past(conn, sup, 1.0)  # its NOTIFY and a poll came and went: no claim
     assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [job_id]).fetchone() == ("queued",)
     assert sup.stop() == 0
 
@@ -459,7 +458,7 @@ def test_a_supervisor_refused_mid_stream_finishes_what_it_holds_and_claims_no_mo
     counts = status_counts(conn)
     assert counts.get("dead", 0) == 0 and counts["done"] + counts["queued"] == 400
     done = counts["done"]
-    time.sleep(0.5)
+    went_on_past(conn, sup, 0.5)
     assert status_counts(conn)["done"] == done  # and nothing more claimed
 
 
@@ -469,8 +468,8 @@ def test_a_mistaken_rate_corrected_does_not_hold_the_kind_for_its_interval(conn)
     assert len(claim(conn)[0]) == 1
     assert claim(conn)[0] == []  # a day to wait
     limits.set_limits(conn, "k", "ann@ops", rate="10/s", key_rate="10/s")
-    time.sleep(0.11)
-    assert len(claim(conn)[0]) == 1
+    # The corrected rate's interval (0.1 s) by the database's clock, not the mistaken one's day.
+    assert len(wait_for(lambda: claim(conn)[0], timeout=5, interval=0.02, message="a claim at 10/s")) == 1
 
 
 def test_resetting_a_kind_nobody_limited_is_refused(conn):

@@ -251,8 +251,8 @@ def test_a_real_supervisors_workers_continue_the_enqueuers_trace(conn, start, sp
     assert conn.execute("SELECT status FROM jobsup.jobs WHERE id = %s", [stuck]).fetchone()[0] == "dead"
 
     # The supervisor's log lines of a job carry its trace, and the span of the attempt its worker ran.
-    # The dead job's line follows the commit of its write, which the test may see first.
-    log = wait_for(lambda: log_lines(sup.log(), "job.dead") and sup.log(), 10, 0.05, "the job.dead line")
+    # job.dead is written after the outcome's commit, which the status above may have been read before.
+    log = sup.wait_log('"job.dead"')
     failed = log_lines(log, "job.failed")
     assert [(line["job"], line["trace_id"], line["span_id"]) for line in failed] == [
         (flaky, trace_id, s["span_id"]) for s in attempts[:2]

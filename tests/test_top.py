@@ -886,7 +886,7 @@ def test_a_filter_that_matches_no_dead_job_says_so(conn, dsn):
 
 
 def fixed_schedules() -> list[Any]:
-    from jobsup.ops.cron import ScheduleState
+    from jobsup.ops.schedules import ScheduleState
 
     return [
         ScheduleState(

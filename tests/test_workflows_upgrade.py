@@ -9,7 +9,6 @@ with the parameters its jobsup/db/lifecycle.py passed."""
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ import pytest
 from jobsup.db.sql import load
 
 from .apps.flows import app
+from .helpers import wait_for
 
 OLD = load((Path(__file__).parent / "previous_release" / "lifecycle_v8.sql").read_text())
 # The old supervisors' names (its locked_by), and the old reaper's.
@@ -152,7 +152,15 @@ def run_like_the_old_supervisor(conn: psycopg.Connection) -> int:
             running = [i for i, s in statuses(conn).items() if s == "running"]
             if not running:
                 return rounds
-            time.sleep(0.35)
+            # Until every lost job's lease has run out, as the old reaper reads it (locked_until < now()).
+            wait_for(
+                lambda ids=running: conn.execute(
+                    "SELECT bool_and(locked_until < now()) FROM jobsup.jobs WHERE id = ANY(%s)", (ids,)
+                ).fetchone()[0],
+                timeout=5,
+                interval=0.02,
+                message="the lost jobs' leases to run out",
+            )
             assert sorted(r[0] for r in old_reap(conn)) == sorted(running)
             continue
         by = {"fail": [], "snooze": [], "discard": [], "complete": []}

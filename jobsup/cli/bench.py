@@ -20,7 +20,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
@@ -90,6 +90,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run)
 
 
+# How the bench opens a connection to a DSN: with the prepare threshold of the pooler mode it runs under.
+Connect = Callable[[str], psycopg.Connection]
+
+
 @dataclass(frozen=True)
 class Place:
     """Where the bench runs: its DSN, what it made there (for the last line), and the scratch database
@@ -118,7 +122,7 @@ def _uninterrupted() -> Iterator[None]:
 
 
 @contextmanager
-def _scratch_database(server_dsn: str, database: str, connect) -> Iterator[str]:
+def _scratch_database(server_dsn: str, database: str, connect: Connect) -> Iterator[str]:
     """A database of this name, created, migrated, yielded as a DSN and dropped afterwards, whatever
     happens in between (a failure, Ctrl-C). psycopg.errors.InsufficientPrivilege when the role may not
     create databases: then nothing was made."""
@@ -144,7 +148,7 @@ def scratch_name() -> str:
 
 
 @contextmanager
-def place(server_dsn: str, database: str | None, connect) -> Iterator[Place]:
+def place(server_dsn: str, database: str | None, connect: Connect) -> Iterator[Place]:
     """Where to bench; removes what it made afterwards, also on a failure or Ctrl-C.
 
     --database NAME: that scratch database. Else the target's own jobsup schema when it has none (made
@@ -154,7 +158,8 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[Place]:
     """
     if database:
         with connect(server_dsn) as admin:
-            if admin.execute(SQL["bench_database_exists"], {"name": database}).fetchone()[0]:
+            exists = admin.execute(SQL["bench_database_exists"], {"name": database}).fetchone()
+            if one_row(exists, "bench_database_exists")[0]:
                 raise BadInput(
                     f"database {database!r} exists: --database names a scratch database that "
                     "jobsup bench creates and drops"
@@ -163,7 +168,7 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[Place]:
             yield Place(dsn, f"database {database}", database)
         return
     with connect(server_dsn) as conn:
-        schema_exists = conn.execute(SQL["bench_schema_exists"]).fetchone()[0]
+        schema_exists = one_row(conn.execute(SQL["bench_schema_exists"]).fetchone(), "bench_schema_exists")[0]
     if schema_exists:
         name = scratch_name()
         with ExitStack() as stack:
@@ -180,11 +185,11 @@ def place(server_dsn: str, database: str | None, connect) -> Iterator[Place]:
     finally:
         # No schema was there before: whatever is there now is the bench's, even a migration cut short.
         with _uninterrupted(), connect(server_dsn) as conn:
-            if conn.execute(SQL["bench_schema_exists"]).fetchone()[0]:
+            if one_row(conn.execute(SQL["bench_schema_exists"]).fetchone(), "bench_schema_exists")[0]:
                 conn.execute(SQL["bench_drop_schema"])
 
 
-def _may_not_create(server_dsn: str, connect) -> BadInput:
+def _may_not_create(server_dsn: str, connect: Connect) -> BadInput:
     """The refusal where a jobsup schema exists and the role may not create a scratch database."""
     where = dsns.redact(server_dsn)
     with connect(server_dsn) as conn:

@@ -36,13 +36,13 @@ def _when(moment: datetime | None, now: datetime) -> str:
 def run(args: argparse.Namespace) -> int:
     from jobsup.cli.options import connect
     from jobsup.errors import BadInput
-    from jobsup.ops import cron
+    from jobsup.ops import schedules
 
     if args.action == "list":
         if args.name:
             raise BadInput("jobsup cron lists every schedule; to act on one: jobsup cron run|pause|resume NAME")
         with connect(args) as conn:
-            rows = cron.list_schedules(conn)
+            rows = schedules.list_schedules(conn)
         if args.json:
             print(json.dumps([row.to_json() for row in rows], indent=2))
             return EXIT_OK
@@ -75,11 +75,11 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput(f"--json is for listing; jobsup cron {args.action} prints one line")
     with connect(args) as conn:
         if args.action == "run":
-            job_id = cron.run_now(conn, args.name)
+            job_id = schedules.run_now(conn, args.name)
             print(f"enqueued 1 job of schedule {args.name}: job {job_id}")
         else:
             paused = args.action == "pause"
-            changed = cron.set_paused(conn, args.name, paused)
+            changed = schedules.set_paused(conn, args.name, paused)
             done = "paused" if paused else "resumed"
             print(
                 f"{done} schedule {args.name}"

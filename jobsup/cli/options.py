@@ -15,6 +15,7 @@ from jobsup.durations import parse_duration
 from jobsup.errors import EXIT_USAGE, BadInput
 
 if TYPE_CHECKING:
+    import psycopg
     from _typeshed import SupportsWrite
 
 # PostgreSQL's integer: the columns priority and max_attempts, and every count a flag gives.
@@ -205,7 +206,7 @@ def database_options() -> Parser:
     return parent
 
 
-def connect(args: argparse.Namespace, *, check_schema: bool = True):
+def connect(args: argparse.Namespace, *, check_schema: bool = True) -> psycopg.Connection:
     """The database of a command's --dsn / --data-dir options (see database_options), its schema
     checked to be current unless `check_schema` is False."""
     from jobsup.db import dsn as dsns

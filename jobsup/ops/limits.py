@@ -11,7 +11,7 @@ the limited one in that same transaction.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,10 +60,15 @@ def declare(conn: psycopg.Connection, declared: Mapping[str, Limits], kinds: Ite
         limits = declared.get(kind, Limits())
         if kind not in with_rows and not limits.limited:
             continue
-        change = _change(conn, kind, by, lambda row, limits=limits: (limits, None), declares=limits)
+        change = _change(conn, kind, by, _declared(limits), declares=limits)
         if change is not None:
             changes.append(change)
     return changes
+
+
+def _declared(limits: Limits) -> Callable[[Mapping[str, Any] | None], tuple[Limits, str | None]]:
+    """What an app's declaration puts in force: its limits, set by no operator."""
+    return lambda row: (limits, None)
 
 
 def set_limits(conn: psycopg.Connection, kind: str, by: str, **given: Any) -> Change:
@@ -105,7 +110,13 @@ def _as_given(limits: Limits) -> dict[str, Any]:
     }
 
 
-def _change(conn, kind, by, values, declares: Limits | None = None) -> Change | None:
+def _change(
+    conn: psycopg.Connection,
+    kind: str,
+    by: str,
+    values: Callable[[Mapping[str, Any] | None], tuple[Limits, str | None]],
+    declares: Limits | None = None,
+) -> Change | None:
     """One change of a kind's row under its lock: `values(row)` gives the limits in force after it and
     who set them (None: the app). None when nothing changed and there is no row to keep."""
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:

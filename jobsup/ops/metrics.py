@@ -1,6 +1,6 @@
 """`jobsup metrics`: the queue-wide gauges, served once for the whole queue.
 
-Every supervisor exports what it does itself (jobsup/supervisor/metrics.py); what the queue holds
+Every supervisor exports what it does itself (jobsup/supervisor/exporter.py); what the queue holds
 (jobs waiting for their parents, ready, scheduled, running and dead by queue and kind, the oldest
 ready job per queue, for each kind with a limit the jobs held against it and those it throttles, and the
 workflows open, done and failed) is the same whichever supervisor reads it, so one small process reads

@@ -65,7 +65,7 @@ class Config:
     # connection relies on its session; LISTEN then needs listen_dsn, or the claim loop polls.
     pooler: str = "none"
     listen_dsn: str = ""  # a direct connection for LISTEN when the DSN leads to a pooler
-    metrics_port: int = 0  # serve /metrics and /healthz on this port (jobsup/supervisor/metrics.py); 0: off
+    metrics_port: int = 0  # serve /metrics and /healthz on this port (jobsup/supervisor/exporter.py); 0: off
     metrics_host: str = "localhost"
 
     @classmethod

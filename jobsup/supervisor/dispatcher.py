@@ -28,10 +28,10 @@ from jobsup.job import Job
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
+from jobsup.supervisor.declaration import RETRY as RETRY_DECLARATION
+from jobsup.supervisor.declaration import Declaration
 from jobsup.supervisor.keeper import INTERRUPTED, TOOK_ITS_PROCESS, Keeper, Worker
 from jobsup.supervisor.keys import ClaimKeys
-from jobsup.supervisor.limits import RETRY as RETRY_DECLARATION
-from jobsup.supervisor.limits import Declaration
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import Tally
@@ -216,7 +216,7 @@ class Dispatcher:
         self.limited_short = False
         self._freed: Counter[str] = Counter()  # slots freed by our outcome writes not yet taken again, by kind
         self.refused: str | None = None  # why the schema refuses our claims (a newer claim protocol)
-        # Records the app's limits before the first claim (supervisor/limits.py); None once done.
+        # Records the app's limits before the first claim (supervisor/declaration.py); None once done.
         self.declaration: Declaration | None = None
         # The crash rule of shared jobs: how often each held job ran again after its process died with
         # neighbours (unknown culprit, any cause), and the jobs of shared kinds that now must run alone.

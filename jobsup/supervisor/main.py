@@ -28,7 +28,7 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
     route(log, "psycopg", "db.driver")
     supervisor = Supervisor(config, log)
     if config.metrics_port:  # before any worker: a port in use is one line and exit 2, nothing started
-        from jobsup.supervisor.metrics import bind
+        from jobsup.supervisor.exporter import bind
 
         supervisor.metrics_socket = bind(config.metrics_host, config.metrics_port)
     # While the workers spawn, Ctrl-C and a hangup are only recorded, not raised inside

@@ -19,11 +19,11 @@ from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_
 from jobsup.job import Job
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
+from jobsup.supervisor.declaration import Declaration
 from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
 from jobsup.supervisor.duty import Duties, Duty, Loop
 from jobsup.supervisor.heartbeat import Heartbeat
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
-from jobsup.supervisor.limits import Declaration
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.listener import Listener
 from jobsup.supervisor.log import EventLog
@@ -202,7 +202,7 @@ class Supervisor:
             Pruner(self.config, self.log, self.links["prune"]),
         ]
         if self.metrics_socket is not None:
-            from jobsup.supervisor.metrics import Exporter
+            from jobsup.supervisor.exporter import Exporter
 
             duties.append(Exporter(self.metrics_socket, self))
         self.duties = Duties(duties)

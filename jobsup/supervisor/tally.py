@@ -1,4 +1,4 @@
-"""What a supervisor counts for `--metrics-port` (jobsup/supervisor/metrics.py exports it).
+"""What a supervisor counts for `--metrics-port` (jobsup/supervisor/exporter.py exports it).
 
 Plain integers and histograms, kept only when the metrics are served: without --metrics-port the
 supervisor holds no Tally, and every place that counts is one `is None` test.
