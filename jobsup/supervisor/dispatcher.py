@@ -14,9 +14,10 @@ import json
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from datetime import datetime
 from functools import partial
+from typing import Any
 
 import psycopg
 
@@ -1132,7 +1133,7 @@ class Dispatcher:
                     )
             self._forget([self.held[c.id] for c in chunk if c.id in self.held], written, "cancelled")
 
-    async def _write(self, op, deadline: float | None):
+    async def _write(self, op: Callable[[psycopg.AsyncConnection], Awaitable[Any]], deadline: float | None) -> Any:
         """One outcome statement through the writes link. Latency figures taken for writing
         (flush) go in the same round trip: sent ahead of it in one pipeline, so they cost the
         server one more statement a second and the supervisor no extra wait."""
@@ -1237,10 +1238,12 @@ def _as_claimed(job: Job) -> Job:
     return Job._make((*job[:2], payload, *job[3:10], errors, *job[11:]))
 
 
-def _carrying(latency: dict[str, list], write):
+def _carrying(
+    latency: dict[str, list], write: Callable[[psycopg.AsyncConnection], Awaitable[Any]]
+) -> Callable[[psycopg.AsyncConnection], Awaitable[Any]]:
     """`write` with the `latency_merge` of `latency` sent ahead of it, in one round trip."""
 
-    async def carried(conn):
+    async def carried(conn: psycopg.AsyncConnection) -> Any:
         async with conn.pipeline():
             await conn.execute(SQL["latency_merge"], latency)
             return await write(conn)

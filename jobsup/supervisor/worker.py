@@ -25,13 +25,17 @@ import traceback
 from functools import partial
 from json.scanner import make_scanner
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jobsup import middleware
 from jobsup.errors import NoHandler, ReturnValueError
 from jobsup.job import Job, encoded_json
 from jobsup.middleware import RunOutcome
 from jobsup.outcomes import MAX_SNOOZES, Answer, Discard, RetryAfter, Snooze
+
+if TYPE_CHECKING:
+    from jobsup.app import App
+    from jobsup.supervisor.wire import Reader
 
 # How often a worker checks that its supervisor is still there, besides the parent-death signal.
 PARENT_CHECK_INTERVAL = 0.5
@@ -104,7 +108,7 @@ def worker_main(
         return
 
 
-def _load(app_target: str, django_settings: str):  # -> App
+def _load(app_target: str, django_settings: str) -> App:
     from jobsup.app import load_app
 
     if django_settings:  # jobsup.django imports Django; nothing else in jobsup does
@@ -119,7 +123,7 @@ class Runner:
     its run time left to the caller). The worker uses it, and so does jobsup.testing.drain to run jobs
     in the test's own process."""
 
-    def __init__(self, app) -> None:  # app: jobsup.App
+    def __init__(self, app: App) -> None:
         self.app = app
         self.handlers = {kind: (h.func, h.is_async) for kind, h in app.handlers.items()}
         self.max_snoozes = {
@@ -205,7 +209,7 @@ class Runner:
         func, is_async = handler
         return await func(job) if is_async else func(job)
 
-    def run(self, job) -> Answer:  # job: jobsup.Job
+    def run(self, job: Job) -> Answer:
         if self.middleware:
             return self._run_wrapped(job)
         try:
@@ -216,7 +220,7 @@ class Runner:
             return self._failed(job, exc)
         return Answer(job.id, value=value)
 
-    def _call(self, job):  # -> what the handler returned
+    def _call(self, job: Job) -> Any:  # what the handler returned
         kind = job.kind
         if kind in self.handlers:
             func, is_async = self.handlers[kind]
@@ -225,7 +229,7 @@ class Runner:
             func, is_async = self.handlers[kind] = (handler.func, handler.is_async)
         return self._async_loop().run_until_complete(func(job)) if is_async else func(job)
 
-    def _failed(self, job, exc: BaseException) -> Answer:
+    def _failed(self, job: Job, exc: BaseException) -> Answer:
         """The Answer of an attempt that raised `exc` (the handler, or a middleware as if it were it)."""
         if isinstance(exc, NoHandler):
             return Answer(job.id, str(exc))
@@ -245,7 +249,7 @@ class Runner:
 
     # --- with run middleware (jobsup.middleware) ---------------------------------------------------
 
-    def _run_wrapped(self, job) -> Answer:
+    def _run_wrapped(self, job: Job) -> Answer:
         attempt = self.attempt = middleware.Attempt(self.middleware, job)
         try:
             answer = self._through(job, attempt, self._handled)
@@ -271,7 +275,7 @@ class Runner:
                 answer, outcome = self._middleware_failed(job, *failure, answer)
         return answer
 
-    def _handled(self, job) -> tuple[Answer, RunOutcome]:
+    def _handled(self, job: Job) -> tuple[Answer, RunOutcome]:
         try:
             value = self._call(job)
             text = None if value is None else _encoded(job, value)
@@ -281,7 +285,7 @@ class Runner:
         return Answer(job.id, value=text), RunOutcome("done", value=value)
 
     def _middleware_failed(
-        self, job, name: str, exc: BaseException, before: Answer | None
+        self, job: Job, name: str, exc: BaseException, before: Answer | None
     ) -> tuple[Answer, RunOutcome]:
         """What middleware `name` raising `exc` makes of the attempt, which had come to `before` (None:
         the handler has not run)."""
@@ -304,7 +308,7 @@ class Runner:
                 attempt.leave_one(outcome)
 
 
-def _encoded(job, value) -> str:
+def _encoded(job: Job, value: Any) -> str:
     return encoded_json(value, f"return value of a {job.kind!r} job", error=ReturnValueError)
 
 
@@ -319,7 +323,7 @@ def _traceback(exc: BaseException) -> str:
     return "".join(traceback.format_exception(exc, limit=30))
 
 
-def job_fields(job) -> tuple:
+def job_fields(job: Job) -> tuple[Any, ...]:
     """What the supervisor sends a worker of each job: the fields of Job a handler sees, its payload and
     errors as the JSON text the claims connection returns them as (the worker parses them)."""
     return (
@@ -343,7 +347,7 @@ _scan_json = make_scanner(json.JSONDecoder())  # type: ignore[arg-type]
 _make_job = Job._make
 
 
-def column_json(text: str):  # -> the value
+def column_json(text: str) -> Any:
     """json.loads of the text of a jsonb column, in a fifth to a half of its time: PostgreSQL writes it
     with no whitespace around it, so the C scanner alone reads it, without the Python json.loads runs
     around that (0.5 µs a payload: a tenth of a no-op job's time in its worker). Any other text goes
@@ -493,7 +497,7 @@ def run_hooks(runner: Runner, hooks: list, quiet: bool = False) -> None:
             traceback.print_exc()
 
 
-def _stopped(runner: Runner, reader) -> None:  # reader: jobsup.supervisor.wire.Reader
+def _stopped(runner: Runner, reader: Reader) -> None:
     """SIGTERM: finish the running attempt's middleware with the reason the keeper sent just before the
     signal (("interrupt", status, reason); none for a SIGTERM from elsewhere), then end by the signal."""
     status, reason = "failed", "the worker received SIGTERM"
