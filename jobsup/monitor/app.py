@@ -23,6 +23,7 @@ from textual.worker import Worker, WorkerState
 
 from jobsup.errors import DatabaseUnavailable, JobsupError
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures, Scope
 from jobsup.monitor.limits_panels import LimitInput, LimitsPanel
 from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
@@ -416,8 +417,8 @@ class TopApp(App[None]):
         line = Text.assemble(*parts)
         # The database is always named, cut in its middle if it must be; the refresh interval only if it fits.
         room = (self.main.query_one("#title").size.width or self.size.width) - 2
-        every = f"  every {fig.age(self.refresh_every)}"
-        label = fig.middle_cut(self.source.label, max(12, room - line.cell_len - 2))
+        every = f"  every {fmt.age(self.refresh_every)}"
+        label = fmt.middle_cut(self.source.label, max(12, room - line.cell_len - 2))
         line.append(f"  {label}")
         if line.cell_len + len(every) <= room:
             line.append(every, style="dim")
@@ -429,15 +430,15 @@ class TopApp(App[None]):
         workers = [w for s in live for w in s.workers]
         busy = sum(1 for w in workers if w.state == "busy")
         oldest = figures.oldest_ready
-        stale = fig.stale_note(figures.supervisors, self.stale_after)
+        stale = fmt.stale_note(figures.supervisors, self.stale_after)
         items = [
-            ("ready", fig.count(total.ready), ""),
-            ("scheduled", fig.count(total.scheduled), ""),
-            ("running", fig.count(total.running), ""),
-            *([("waiting", fig.count(total.waiting), "")] if view.waiting else []),
-            ("dead", fig.count(total.dead), view.error if total.dead else ""),
-            ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-            ("done/min", fig.count(figures.done_last_minute), ""),
+            ("ready", fmt.count(total.ready), ""),
+            ("scheduled", fmt.count(total.scheduled), ""),
+            ("running", fmt.count(total.running), ""),
+            *([("waiting", fmt.count(total.waiting), "")] if view.waiting else []),
+            ("dead", fmt.count(total.dead), view.error if total.dead else ""),
+            ("oldest ready", fmt.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
+            ("done/min", fmt.count(figures.done_last_minute), ""),
             ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
             ("workers", f"{busy}/{len(workers)} busy", ""),
         ]
@@ -451,7 +452,7 @@ class TopApp(App[None]):
         """Lines of warning under the header when something needs the operator, such as
         "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health), or ready jobs that no
         live supervisor can run ("unserved: kind c in queue mix, 5 ready, oldest 1m15s")."""
-        lines = [figures.health, fig.unserved_note(figures.unserved(self.stale_after))]
+        lines = [figures.health, fmt.unserved_note(figures.unserved(self.stale_after))]
         shown = [f"⚠ {line}" for line in lines if line]
         return Text("\n".join(shown), style=view.warning) if shown else None
 

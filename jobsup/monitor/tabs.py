@@ -20,7 +20,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable
 
-from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
 from jobsup.monitor.limits_panels import LimitsPanel
@@ -94,8 +94,8 @@ class DeadPane(Pane):
         if not total:
             return ""
         if figures.dead_matching is not None:  # filtered: what the tab shows, of how many
-            return f"{fig.count(figures.dead_matching)} of {fig.count(total)}"
-        return fig.count(total)
+            return f"{fmt.count(figures.dead_matching)} of {fmt.count(total)}"
+        return fmt.count(total)
 
 
 class WorkersPane(Pane):
@@ -117,7 +117,7 @@ class ReaperPane(Pane):
 
     def badge(self, figures: Figures, view: View) -> str:
         rescued = sum(figures.reaped_per_minute)
-        return fig.count(rescued) if rescued else ""
+        return fmt.count(rescued) if rescued else ""
 
 
 class LatencyPane(Pane):
@@ -143,7 +143,7 @@ class LimitsPane(Pane):
     def badge(self, figures: Figures, view: View) -> str:
         throttled = sum(k.throttled for k in figures.limits)
         capped = any(k.throttled_capped for k in figures.limits)
-        return fig.count(throttled) + ("+" if capped else "") if throttled else ""
+        return fmt.count(throttled) + ("+" if capped else "") if throttled else ""
 
     def offered(self, figures: Figures | None) -> bool:
         # Most queues limit nothing: the tab joins the bar (and Tab's round) once a kind has a limit.
@@ -157,7 +157,7 @@ class WorkflowsPane(Pane):
         yield WorkflowsPanel(id="workflows-panel")
 
     def badge(self, figures: Figures, view: View) -> str:
-        return fig.count(figures.workflows_unfinished) if figures.workflows_unfinished else ""
+        return fmt.count(figures.workflows_unfinished) if figures.workflows_unfinished else ""
 
     def offered(self, figures: Figures | None) -> bool:
         # As the Limits tab: in the bar (and Tab's round) once there is a workflow.
