@@ -15,6 +15,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
+from textual.widget import Widget
 from textual.widgets import DataTable, Label, Sparkline, Static
 
 from jobsup.monitor import figures as fig
@@ -26,6 +27,8 @@ TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind 
 # panel beside the queues) with room for a kind's name; the header line and the docs say what they stand for.
 COUNT_LABELS = {"scheduled": "sched", "running": "run", "cancelled": "canc", "waiting": "wait"}
 UNSERVED_MARK = "✖"  # beside a kind with ready jobs that no live supervisor can run
+# A panel's border (1 cell each side) and a vertical scrollbar (2) around its table's columns.
+FRAME = 2 + 2
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,12 @@ class KindsPanel(Panel):
         total = fig.KindRow("total", **fig.column_sums(kinds), queues=())  # queues named: the sums fill only counts
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
         fill(table, rows)
+        # Side by side with the queues (a wide terminal), the panel takes the room its columns need, up to
+        # two thirds of the row, and the queues what is left: a column that appears (wait) does not push the
+        # last one (canc) out of view. Stacked (a narrow terminal), it has the whole width anyway.
+        needed = sum(c.get_render_width(table) for c in table.ordered_columns) + FRAME
+        row = self.parent.size.width if isinstance(self.parent, Widget) else 0
+        self.styles.min_width = min(needed, row * 2 // 3) if self.screen.has_class("-wide") and row else None
 
     @staticmethod
     def _cells(k: fig.KindRow, view: View, bold: bool = False) -> list[Text]:

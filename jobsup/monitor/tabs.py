@@ -207,15 +207,17 @@ def tab_bar(
 ) -> Text:
     """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
     Wider than `width` (80 columns with seven tabs and their badges), the tabs lose the space between
-    them, then the others than `shown` their titles: every key and badge stays in view.
+    them, then the others than `shown` their titles: every key and badge stays in view, a badge without
+    its title in parentheses, so that it never reads as the next tab's key.
 
     >>> tabs = [(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")]
-    >>> print(tab_bar(tabs, "dead", "reverse").plain)
-     1 Jobs  [2 Dead 445]
-    >>> print(tab_bar(tabs, "dead", "reverse", width=20).plain)
-     1 Jobs [2 Dead 445]
-    >>> print(tab_bar(tabs, "dead", "reverse", width=15).plain)
-     1 [2 Dead 445]
+    >>> tabs.append((Tab("workers", "Workers", "3", ""), "4/4"))
+    >>> tab_bar(tabs, "dead", "reverse").plain
+    ' 1 Jobs  [2 Dead 445]  3 Workers 4/4 '
+    >>> tab_bar(tabs, "dead", "reverse", width=35).plain
+    ' 1 Jobs [2 Dead 445] 3 Workers 4/4 '
+    >>> tab_bar(tabs, "jobs", "reverse", width=30).plain
+    '[1 Jobs] 2(445)  3(4/4) '
     """
     bar = _tab_bar(tabs, shown, active, inactive, gap=" ", titled=True)
     if width is not None and bar.cell_len > width:
@@ -236,7 +238,7 @@ def _tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive:
         # Brackets too, not only the colour: the shown tab stays plain on a monochrome terminal.
         edges = "[]" if tab.id == shown else "  "
         title = f" {tab.title}" if titled or tab.id == shown else ""
-        out.append(
-            Text.assemble(f"{edges[0]}{tab.key}", (title, "bold"), f" {badge}" if badge else "", edges[1], style=style)
-        )
+        if badge:
+            badge = f" {badge}" if title else f"({badge})"
+        out.append(Text.assemble(f"{edges[0]}{tab.key}", (title, "bold"), badge, edges[1], style=style))
     return out
