@@ -21,13 +21,13 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer, Input, Static
 from textual.worker import Worker, WorkerState
 
-from jobsup.errors import DatabaseUnavailable, JobsupError
+from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
 from jobsup.monitor import formats as fmt
-from jobsup.monitor.figures import Figures, Scope
-from jobsup.monitor.limits_panels import LimitInput, LimitsPanel
-from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
-from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
+from jobsup.monitor import writes
+from jobsup.monitor.figures import Figures
+from jobsup.monitor.panels import Panel, ThroughputPanel, View, pack, worker_job
+from jobsup.monitor.screens import HelpScreen, JobScreen
 from jobsup.monitor.source import Source
 from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, WorkflowsPane, tab_bar
 from jobsup.monitor.terminal import terminal_driver
@@ -35,39 +35,12 @@ from jobsup.monitor.workflow_panels import OpenJob, WorkflowScreen
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
-    Binding("r", "requeue", "Requeue", tooltip="requeue the selected dead job"),
-    Binding(
-        "R",
-        "requeue_scope",
-        "Requeue all…",
-        tooltip="requeue every dead job of the selected kind or error group (asks first)",
-    ),
     # A priority binding runs as the key arrives, before the keys typed after it are handed to the
     # widget that has the focus now: so "/email" typed fast lands in the filter whole.
     Binding(
         "slash", "filter", "Filter", priority=True, tooltip="show only a kind or queue whose name contains the text"
     ),
     Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
-    # Control: in the footer only where they apply (the workers table, the queues table).
-    Binding(
-        "c",
-        "cancel_job",
-        "Cancel job…",
-        tooltip="cancel the selected worker's job: its worker is stopped and replaced (asks first)",
-    ),
-    Binding(
-        "P",
-        "queue('pause')",
-        "Pause queue…",
-        tooltip="pause the selected queue: no supervisor claims from it (asks first)",
-    ),
-    Binding("U", "queue('resume')", "Resume queue…", tooltip="resume the selected queue (asks first)"),
-    Binding(
-        "L",
-        "limit",
-        "Limits…",
-        tooltip="change the limits of the selected kind: concurrency=3 rate=50/s, or reset (asks first)",
-    ),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
@@ -88,7 +61,7 @@ KEYS: list[Binding] = [
         for p in TABS
     ),
 ]
-# Keys that are not bindings of the app, for the help screen.
+# Keys that are not bindings of the app, for the help screen (the tabs' own are found on them).
 OTHER_KEYS = [
     ("Tab ⇧Tab", "the next / previous panel, through every tab"),
     ("↑ ↓ PgUp PgDn", "move in a panel"),
@@ -100,16 +73,6 @@ OTHER_KEYS = [
     ),
     ("Ctrl+P", "command palette"),
 ]
-WRITES = {"requeue", "requeue_scope", "cancel_job", "queue", "limit"}
-# The tables each key that changes data acts on: elsewhere (another table, the schedules screen) the key
-# is hidden from the footer and does nothing, so the footer offers only what the selection can take.
-ACTION_TABLES = {
-    "requeue": {"dead"},
-    "requeue_scope": {"dead", "groups", "kinds"},  # a job's kind, a group, a kind or (total row) all
-    "cancel_job": {"workers"},
-    "queue": {"queues"},
-    "limit": {"limits"},  # a kind's row or one of its keys'
-}
 
 
 class FiguresReady(Message):
@@ -122,14 +85,6 @@ class SourceDown(Message):
     def __init__(self, reason: str) -> None:
         super().__init__()
         self.reason = reason
-
-
-class Requeued(Message):
-    def __init__(self, ids: list[int], asked: int, scope: str) -> None:
-        super().__init__()
-        self.ids = ids
-        self.asked = asked
-        self.scope = scope
 
 
 class FilterInput(Input):
@@ -459,14 +414,6 @@ class TopApp(App[None]):
     # --- actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in WRITES:
-            if self.read_only or self.screen is not self.main:
-                return False
-            focused = self._focused_table()
-            if focused is None or focused.id not in ACTION_TABLES[action]:
-                return False
-            # r takes the selected job, L the selected kind: an empty table (a filter that matches none) has none.
-            return action not in ("requeue", "limit") or selected_key(focused) is not None
         if action == "refuse":
             return self.read_only
         if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
@@ -478,161 +425,10 @@ class TopApp(App[None]):
     def action_refuse(self) -> None:
         self.notify("this console is read-only (--read-only): nothing was changed", severity="warning")
 
-    def _focused_table(self) -> DataTable | None:
-        return self.focused if isinstance(self.focused, DataTable) else None
-
-    def action_requeue(self) -> None:
-        table = self._focused_table()
-        key = selected_key(table) if table is not None and table.id == "dead" else None
-        if key is None:
-            self.notify(
-                "select a dead job first (2: the Dead tab); R requeues a whole kind or group", severity="warning"
-            )
-            return
-        job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None) if self.figures else None
-        scope = f"dead job {key}" + (f" ({job.kind})" if job else "")
-        self.run_worker(self._requeue([int(key)], None, scope), name="requeue", exit_on_error=False)
-
-    def _selected_scope(self) -> Scope:
-        table = self._focused_table()
-        key = selected_key(table) if table is not None else None
-        if table is None or key is None:
-            return Scope()
-        if table.id == "kinds":
-            return self.main.query_one(KindsPanel).scope()
-        if table.id == "groups":
-            return group_scope(key)
-        if table.id == "dead" and self.figures:
-            job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None)
-            return Scope(kind=job.kind) if job else Scope()
-        return Scope()
-
-    def action_requeue_scope(self) -> None:
-        self.run_worker(self._requeue_scope(self._selected_scope()), name="requeue", exit_on_error=False)
-
-    async def _requeue_scope(self, scope: Scope) -> None:
-        ids = await self.source.dead_ids(scope)
-        if not ids:
-            self.notify(f"no {scope.describe(0).removeprefix('0 ')} to requeue", severity="warning")
-            return
-        stated = scope.describe(len(ids))
-        yes = await self.push_screen_wait(
-            Confirm(
-                f"Requeue {stated}?",
-                "Each goes back to its queue with its attempts reset to 0; its error history is kept.",
-            )
-        )
-        if not yes:
-            self.notify("nothing was requeued")
-            return
-        await self._requeue(ids, scope.kind, stated)
-
-    async def _requeue(self, ids: list[int], kind: str | None, scope: str) -> None:
-        done = await self.source.requeue(ids, kind=kind)
-        self.post_message(Requeued(done, len(ids), scope))
-
-    def on_requeued(self, message: Requeued) -> None:
-        n = len(message.ids)
-        if n == message.asked:
-            self.notify(f"requeued {message.scope}" if n == 1 else f"requeued {message.scope}", title="requeue")
-        else:
-            self.notify(
-                f"requeued {n} of {message.scope}: the others were no longer dead, or their unique key is live again",
-                title="requeue",
-                severity="warning",
-            )
-        self.refresh_now()
-
-    def action_cancel_job(self) -> None:
-        table = self._focused_table()
-        job_id = worker_job(selected_key(table)) if table is not None and table.id == "workers" else None
-        if job_id is None:
-            self.notify(
-                "select a busy worker first (3: the Workers tab): c cancels the job it runs", severity="warning"
-            )
-            return
-        self.run_worker(self._cancel(job_id), name="cancel", exit_on_error=False)
-
-    async def _cancel(self, job_id: int) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        yes = await self.push_screen_wait(
-            ConfirmSchedule(
-                f"Cancel job {job_id}?",
-                "Its worker is stopped (SIGTERM, then SIGKILL after the kill grace) and replaced; the job is "
-                "recorded cancelled and never retried. A job that finishes first stays as it ended.",
-                "Yes, cancel",
-            )
-        )
-        if not yes:
-            self.notify("nothing was cancelled")
-            return
-        done = await self.source.cancel(job_id)
-        said = {"requested": "cancel requested: its supervisor stops the worker", "cancelled": "cancelled"}
-        self.notify(
-            f"job {job_id} ({done.kind}): {said.get(done.action, 'not changed: ' + done.note)}",
-            title="cancel",
-            severity="information" if done.action != "unchanged" else "warning",
-        )
-        self.refresh_now()
-
-    def action_queue(self, action: str) -> None:
-        table = self._focused_table()
-        name = selected_key(table) if table is not None and table.id == "queues" else None
-        if name is None:
-            self.notify("select a queue first (1: the Jobs tab, its queues table)", severity="warning")
-            return
-        self.run_worker(self._queue(action, name), name="queue", exit_on_error=False)
-
-    async def _queue(self, action: str, name: str) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        question = {
-            "pause": (
-                f"Pause queue {name}?",
-                "No supervisor claims from it until it is resumed; "
-                "running jobs finish, claimed ones not yet started go back.",
-                "Yes, pause",
-            ),
-            "resume": (f"Resume queue {name}?", "Every supervisor of the queue claims from it again.", "Yes, resume"),
-        }[action]
-        if not await self.push_screen_wait(ConfirmSchedule(*question)):
-            self.notify("nothing was changed")
-            return
-        self.notify(await self.source.queue_action(action, name), title="queue")
-        self.refresh_now()
-
-    def action_limit(self) -> None:
-        table = self._focused_table()
-        row = self.main.query_one(LimitsPanel).selected() if table is not None and table.id == "limits" else None
-        if row is None:
-            self.notify("select a kind first (6: the Limits tab)", severity="warning")
-            return
-        self.run_worker(self._limit(row), name="limit", exit_on_error=False)
-
-    async def _limit(self, row: fig.LimitRow) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        change = await self.push_screen_wait(LimitInput(row))
-        if change is None or not await self.push_screen_wait(ConfirmSchedule(*change.question())):
-            self.notify("nothing was changed")
-            return
-        try:
-            if change.given is None:
-                done = await self.source.reset_limits(row.kind)
-            else:
-                done = await self.source.set_limits(row.kind, change.given)
-        except JobsupError as exc:  # a bad value the input let through, or the database: nothing changed
-            self.notify(str(exc), title=f"limits of kind {row.kind}", severity="error", timeout=8)
-            return
-        said = f"{done.before} → {done.after}" if done.before != done.after else f"unchanged: {done.after}"
-        self.notify(f"kind {done.kind}: {said}", title="limits")
-        self.refresh_now()
-
     def action_filter(self) -> None:
         box = self.main.query_one(FilterInput)
         if not isinstance(self.focused, Input):
-            self._before_filter = self._focused_table()
+            self._before_filter = writes.focused_table(self)
         box.add_class("-shown")
         box.value = self.match or ""
         # At once, not after a refresh as focus() does: keys typed right after / belong to the filter.
@@ -692,12 +488,13 @@ class TopApp(App[None]):
             for b in bindings:
                 if not isinstance(b, Binding) or not b.tooltip:
                     continue
-                if self.read_only and b.action.partition("(")[0] in (*WRITES, "schedule"):
+                if self.read_only and b.action.partition("(")[0] in (*writes.WRITES, "schedule"):
                     continue
                 item = (self.get_key_display(b), prefix + b.tooltip)
                 if item not in keys:
                     keys.append(item)
 
+        add(writes.BINDINGS)
         add(KEYS)
         for node in self.main.walk_children():
             add(type(node).BINDINGS)
@@ -756,7 +553,7 @@ class TopApp(App[None]):
             )
         )
         if answer == "requeue":
-            await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
+            await writes.requeue(self, [job_id], None, f"dead job {job_id} ({job['kind']})")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -764,24 +561,32 @@ class TopApp(App[None]):
             yield SystemCommand(
                 "Requeue the selected dead job",
                 "r: the job under the cursor of the dead jobs table",
-                self.action_requeue,
+                lambda: writes.requeue_selected(self),
             )
             yield SystemCommand(
                 "Requeue dead jobs of the selection…",
                 "R: the selected kind or error group, or all; asks first",
-                self.action_requeue_scope,
+                lambda: writes.requeue_selected_scope(self),
             )
             yield SystemCommand(
-                "Cancel the selected worker's job…", "c: in the workers table; asks first", self.action_cancel_job
+                "Cancel the selected worker's job…",
+                "c: in the workers table; asks first",
+                lambda: writes.cancel_selected(self),
             )
             yield SystemCommand(
-                "Pause the selected queue…", "P: in the queues table; asks first", lambda: self.action_queue("pause")
+                "Pause the selected queue…",
+                "P: in the queues table; asks first",
+                lambda: writes.queue_selected(self, "pause"),
             )
             yield SystemCommand(
-                "Resume the selected queue…", "U: in the queues table; asks first", lambda: self.action_queue("resume")
+                "Resume the selected queue…",
+                "U: in the queues table; asks first",
+                lambda: writes.queue_selected(self, "resume"),
             )
             yield SystemCommand(
-                "Change the limits of the selected kind…", "L: in the limits table; asks first", self.action_limit
+                "Change the limits of the selected kind…",
+                "L: in the limits table; asks first",
+                lambda: writes.limit_selected(self),
             )
         yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
         yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)

@@ -2,7 +2,8 @@
 
 The tabs are data: the app builds the tab bar, the keys 1…n, the help screen and the command palette
 from TABS, and Tab / Shift+Tab walk the panels of every tab in this order. Adding a tab is a Pane
-subclass with its TAB, and one more entry in TABS.
+subclass with its TAB, and one more entry in TABS. A tab owns the writes its tables offer (writes.py):
+their keys are its bindings, in the footer only while a table whose rows they take has the focus.
 
 On a terminal of at least PINNED_SIZE the first tab (Jobs) stays in view above the tab bar and the
 other tabs share the rest; below it each tab has the whole screen (see top.tcss).
@@ -17,10 +18,12 @@ from typing import ClassVar
 from rich.style import Style
 from rich.text import Text
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable
 
 from jobsup.monitor import formats as fmt
+from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
 from jobsup.monitor.limits_panels import LimitsPanel
@@ -33,6 +36,7 @@ from jobsup.monitor.panels import (
     ThroughputPanel,
     View,
     WorkersPanel,
+    selected_key,
 )
 from jobsup.monitor.workflow_panels import WorkflowsPanel
 
@@ -54,6 +58,10 @@ class Pane(Vertical):
     """The content of one tab."""
 
     TAB: ClassVar[Tab]
+    # The writes the tab offers (bound in BINDINGS): each action and the tables whose selection it takes.
+    # Elsewhere (another table, a --read-only console) it is hidden and its key falls through to the
+    # app's, which says why nothing happens.
+    TAKES: ClassVar[dict[str, frozenset[str]]] = {}
 
     def __init__(self) -> None:
         super().__init__(id=f"pane-{self.TAB.id}", classes="pane")
@@ -69,9 +77,28 @@ class Pane(Vertical):
     def first_table(self) -> DataTable | None:
         return next(iter(self.query(DataTable)), None)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        tables = self.TAKES.get(action)
+        if tables is None:
+            return True
+        focused = writes.focused_table(self.app)
+        if writes.console(self).read_only or focused is None or focused.id not in tables:
+            return False
+        # r takes the selected job, L the selected kind: an empty table (a filter that matches none) has none.
+        return action not in ("requeue", "limit") or selected_key(focused) is not None
+
+    def action_requeue_scope(self) -> None:
+        writes.requeue_selected_scope(self.app)
+
 
 class JobsPane(Pane):
     TAB = Tab("jobs", "Jobs", "1", "counts by kind, queues, throughput")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.REQUEUE_SCOPE, writes.PAUSE, writes.RESUME]
+    # R on a kind's row requeues its dead jobs, on the total row all of them.
+    TAKES = {"requeue_scope": frozenset({"kinds"}), "queue": frozenset({"queues"})}
+
+    def action_queue(self, action: str) -> None:
+        writes.queue_selected(self.app, action)
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -83,6 +110,11 @@ class JobsPane(Pane):
 
 class DeadPane(Pane):
     TAB = Tab("dead", "Dead", "2", "dead jobs, newest first; grouped by error")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.REQUEUE, writes.REQUEUE_SCOPE]
+    TAKES = {"requeue": frozenset({"dead"}), "requeue_scope": frozenset({"dead", "groups"})}
+
+    def action_requeue(self) -> None:
+        writes.requeue_selected(self.app)
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -100,6 +132,11 @@ class DeadPane(Pane):
 
 class WorkersPane(Pane):
     TAB = Tab("workers", "Workers", "3", "supervisors and their workers")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.CANCEL]
+    TAKES = {"cancel_job": frozenset({"workers"})}
+
+    def action_cancel_job(self) -> None:
+        writes.cancel_selected(self.app)
 
     def compose(self) -> ComposeResult:
         yield WorkersPanel(id="workers-panel")
@@ -136,6 +173,11 @@ class LatencyPane(Pane):
 
 class LimitsPane(Pane):
     TAB = Tab("limits", "Limits", "6", "each limited kind and its busiest keys: held, starts, throttled")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.LIMIT]
+    TAKES = {"limit": frozenset({"limits"})}
+
+    def action_limit(self) -> None:
+        writes.limit_selected(self.app)
 
     def compose(self) -> ComposeResult:
         yield LimitsPanel(id="limits-panel")
