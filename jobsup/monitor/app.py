@@ -12,13 +12,12 @@ from datetime import datetime, timedelta, tzinfo
 
 from rich.text import Text
 from textual import events, on
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import DataTable, Static
 from textual.worker import Worker, WorkerState
 
 from jobsup.errors import DatabaseUnavailable
@@ -26,21 +25,16 @@ from jobsup.monitor import figures as fig
 from jobsup.monitor import formats as fmt
 from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
+from jobsup.monitor.main_screen import MainScreen
 from jobsup.monitor.panels import Panel, ThroughputPanel, View, pack, worker_job
 from jobsup.monitor.screens import HelpScreen, JobScreen
 from jobsup.monitor.source import Source
-from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, WorkflowsPane, tab_bar
+from jobsup.monitor.tabs import TABS, TALL, WIDE, WorkflowsPane
 from jobsup.monitor.terminal import terminal_driver
 from jobsup.monitor.workflow_panels import OpenJob, WorkflowScreen
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
-    # A priority binding runs as the key arrives, before the keys typed after it are handed to the
-    # widget that has the focus now: so "/email" typed fast lands in the filter whole.
-    Binding(
-        "slash", "filter", "Filter", priority=True, tooltip="show only a kind or queue whose name contains the text"
-    ),
-    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
@@ -87,12 +81,8 @@ class SourceDown(Message):
         self.reason = reason
 
 
-class FilterInput(Input):
-    # Shown in the footer while the filter has the focus (the app's letter keys are typed into it then).
-    BINDINGS = [Binding("enter", "submit", "Keep the filter"), Binding("escape", "app.clear_filter", "Clear it")]
-
-
 class TopApp(App[None]):
+    main: MainScreen  # the panels' screen; self.screen is a dialog while one is open
     CSS_PATH = "top.tcss"
     TITLE = "jobsup top"
     BINDINGS = [*KEYS]  # a new list, typed as textual's list[BindingType] (list is invariant)
@@ -125,8 +115,6 @@ class TopApp(App[None]):
         self.down: str | None = None  # why the last refresh failed, while the figures are stale
         self.refreshes = 0  # successful refreshes, for tests and the curious
         self._figures_at = 0.0  # time.monotonic() when the figures arrived
-        self.tabs = Tabs()
-        self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
         self._workflows_shown = False  # what source.list_workflows was last set to
@@ -136,118 +124,47 @@ class TopApp(App[None]):
         # On the terminal, not on stderr: `jobsup top 2>file` still shows the console (terminal.py).
         return terminal_driver(super().get_driver_class())
 
-    # --- layout --------------------------------------------------------------------------------
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="title")
-        yield Static(id="banner")
-        yield Static(id="headline")
-        yield Static(id="health")
-        # Up here, not above the footer: notifications appear bottom right and would cover it.
-        yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)", id="filter")
-        with Vertical(id="body"):
-            first, *others = TABS
-            yield first()
-            # Docked to the top of the body, unless the first tab is pinned: then between it and the rest.
-            yield Static(id="tabbar")
-            for pane in others:
-                yield pane()
-        yield Footer()
+    def get_default_screen(self) -> Screen:
+        self.main = MainScreen(on_ready=self._render, on_tabs=self._render_tabs, on_filter=self._filter)
+        return self.main
 
     def on_mount(self) -> None:
-        self.main = self.screen  # the panels' screen; self.screen is a dialog while one is open
-        self._select_tab(self.tabs.tab)
-        self.main.query_one("#kinds", DataTable).focus()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._render())
-        self._render()
         self.set_interval(self.refresh_every, self._tick)
         self.refresh_now()
 
     def on_resize(self, event: events.Resize) -> None:
         self.call_after_refresh(self._render)  # the tab bar reads whether the first tab is pinned
 
-    # --- tabs ------------------------------------------------------------------------------------
-
-    @property
-    def pinned(self) -> bool:
-        """Whether the first tab stays in view above the others (a terminal of at least WIDE × TALL)."""
-        return self.main.has_class("-wide") and self.main.has_class("-tall")
-
-    def _pane(self, tab: str) -> Pane:
-        return self.main.query_one(f"#pane-{tab}", Pane)
+    # --- tabs: the main screen's (main_screen.py) ---------------------------------------------------
 
     @property
     def tab(self) -> str:
         """The tab of the focused panel."""
-        return self.tabs.tab
-
-    def _select_tab(self, tab: str) -> None:
-        self.tabs.select(tab)
-        for pane in self.main.query(Pane):
-            pane.set_class(pane.TAB.id == self.tabs.tab, "-active")
-            pane.set_class(pane.TAB.id == self.tabs.lower, "-lower")
-        self._render_tabs()
+        return self.main.tab
 
     def action_show_tab(self, tab: str) -> None:
-        """Show a tab and focus its first panel."""
-        self._select_tab(tab)
-        table = self._pane(tab).first_table()
-        if table is not None:
-            # After the next layout: a table that was hidden cannot take the focus yet.
-            self.call_after_refresh(table.focus)
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        """The tab follows the focus, whether it came from Tab, a key or a click."""
-        pane = next((node for node in event.widget.ancestors if isinstance(node, Pane)), None)
-        if pane is not None and pane.TAB.id != self.tab:
-            self._select_tab(pane.TAB.id)
-
-    def _panes(self) -> list[Pane]:
-        """The panes the tab bar and Tab offer: those with something to show, and the one shown."""
-        shown = (self.tab, self.tabs.marked(self.pinned))
-        return [p for p in self.main.query(Pane) if p.offered(self.figures) or p.TAB.id in shown]
-
-    def _panel_tables(self) -> list[DataTable]:
-        return [t for pane in self._panes() for t in pane.query(DataTable)]
-
-    def _cycle(self, step: int) -> None:
-        tables = self._panel_tables()
-        focused = self.focused
-        here = tables.index(focused) if focused in tables else -1 if step > 0 else 0
-        table = tables[(here + step) % len(tables)]
-        pane = next(node for node in table.ancestors if isinstance(node, Pane))
-        if not self.tabs.visible(pane.TAB.id, self.pinned):
-            self._select_tab(pane.TAB.id)
-            self.call_after_refresh(table.focus)
-        else:
-            table.focus()
+        """Show a tab and focus its first panel (the keys 1…n, the palette, a click on the tab bar)."""
+        self.main.show_tab(tab)
 
     def action_focus_next(self) -> None:
         # Tab walks the panels of every tab, showing the tab of the next one: Tab alone reaches everything.
-        if self.screen is self.main and not isinstance(self.focused, Input):
-            self._cycle(1)
-        else:
+        if self.screen is not self.main or not self.main.cycle(1):
             super().action_focus_next()
 
     def action_focus_previous(self) -> None:
-        if self.screen is self.main and not isinstance(self.focused, Input):
-            self._cycle(-1)
-        else:
+        if self.screen is not self.main or not self.main.cycle(-1):
             super().action_focus_previous()
 
     def _render_tabs(self) -> None:
-        if not self.is_running or not self.main.is_attached:
+        if not self.is_running or not self.main.ready or not self.main.is_attached:
             return
         self._follow_workflows()
-        view = self._view()
-        badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self._panes()]
-        bar = self.main.query_one("#tabbar", Static)
-        width = bar.content_size.width or None  # 0 before the first layout
-        bar.update(tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim", width))
+        self.main.show_tab_bar(self._view())
 
     def _follow_workflows(self) -> None:
         """Refreshes read the workflows' list while their tab is in view, and at once when it comes in."""
-        shown = self.tabs.visible(WorkflowsPane.TAB.id, self.pinned)
+        shown = self.main.tabs.visible(WorkflowsPane.TAB.id, self.main.pinned)
         if shown != self._workflows_shown:
             self._workflows_shown = shown
             self.source.list_workflows = shown
@@ -284,6 +201,7 @@ class TopApp(App[None]):
 
     def on_figures_ready(self, message: FiguresReady) -> None:
         self.previous, self.figures = self.figures, message.figures
+        self.main.figures = message.figures
         self._figures_at = time.monotonic()
         total = message.figures.total
         self._waiting_seen = self._waiting_seen or total.waiting > 0
@@ -328,7 +246,7 @@ class TopApp(App[None]):
         # The app is closing: a refresh that ended meanwhile has nowhere to go. `is_running` turns
         # False before the widgets are removed; `is_attached` alone misses a shutdown that does not go
         # through exit() (run_test's does not).
-        if not self.is_running or not self.main.is_attached:
+        if not self.is_running or not self.main.ready or not self.main.is_attached:
             return
         view = self._view()
         self.main.query_one("#title", Static).update(self._title_line())
@@ -416,8 +334,6 @@ class TopApp(App[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "refuse":
             return self.read_only
-        if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
-            return self.screen is self.main and not isinstance(self.focused, Input)
         if action == "pause":  # the refresh of the main screen's figures: not offered over another screen
             return self.screen is self.main
         return True
@@ -425,43 +341,10 @@ class TopApp(App[None]):
     def action_refuse(self) -> None:
         self.notify("this console is read-only (--read-only): nothing was changed", severity="warning")
 
-    def action_filter(self) -> None:
-        box = self.main.query_one(FilterInput)
-        if not isinstance(self.focused, Input):
-            self._before_filter = writes.focused_table(self)
-        box.add_class("-shown")
-        box.value = self.match or ""
-        # At once, not after a refresh as focus() does: keys typed right after / belong to the filter.
-        self.main.set_focus(box)
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.match = event.value.strip() or None
+    def _filter(self, match: str | None) -> None:
+        self.match = match
         self._render()
         self.refresh_now()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        box = self.main.query_one(FilterInput)
-        box.remove_class("-shown")
-        self.action_show_tab("dead")  # what the filter narrows most: the dead jobs and their groups
-
-    def action_clear_filter(self) -> None:
-        box = self.main.query_one(FilterInput)
-        was_open = box.has_class("-shown")
-        box.remove_class("-shown")
-        if was_open:
-            back = (
-                self._before_filter
-                if self._before_filter is not None and self._before_filter.is_attached
-                else self.main.query_one("#kinds", DataTable)
-            )
-            back.focus()
-        if self.match is not None or box.value:
-            box.value = ""  # posts Input.Changed, which clears the match and refreshes
-            self.match = None
-            self._render()
-            self.refresh_now()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -495,6 +378,7 @@ class TopApp(App[None]):
                     keys.append(item)
 
         add(writes.BINDINGS)
+        add(MainScreen.BINDINGS)
         add(KEYS)
         for node in self.main.walk_children():
             add(type(node).BINDINGS)
@@ -588,8 +472,8 @@ class TopApp(App[None]):
                 "L: in the limits table; asks first",
                 lambda: writes.limit_selected(self),
             )
-        yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
-        yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
+        yield SystemCommand("Filter by kind or queue", "/", self.main.action_filter)
+        yield SystemCommand("Clear the filter", "Esc", self.main.action_clear_filter)
         yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)
         yield SystemCommand("Show the keys", "?", self.action_help)
         for pane in TABS:
