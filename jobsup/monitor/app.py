@@ -11,13 +11,13 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, tzinfo
 
 from rich.text import Text
-from textual import events, on
+from textual import events
 from textual.app import App, SystemCommand
 from textual.binding import Binding
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
 from jobsup.errors import DatabaseUnavailable
@@ -25,13 +25,14 @@ from jobsup.monitor import figures as fig
 from jobsup.monitor import formats as fmt
 from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
+from jobsup.monitor.limits_panels import OpenThrottled
 from jobsup.monitor.main_screen import MainScreen
-from jobsup.monitor.panels import Panel, ThroughputPanel, View, pack, worker_job
+from jobsup.monitor.panels import Panel, ThroughputPanel, View, pack
 from jobsup.monitor.screens import HelpScreen, JobScreen
 from jobsup.monitor.source import Source
 from jobsup.monitor.tabs import TABS, TALL, WIDE, WorkflowsPane
 from jobsup.monitor.terminal import terminal_driver
-from jobsup.monitor.workflow_panels import OpenJob, WorkflowScreen
+from jobsup.monitor.workflow_panels import OpenJob, OpenWorkflow, WorkflowScreen
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
@@ -385,29 +386,22 @@ class TopApp(App[None]):
         add(SCHEDULE_KEYS, "schedules (s): ")
         return keys + OTHER_KEYS
 
-    @on(DataTable.RowSelected)
-    def _open_job(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value  # a dead job's row is keyed by its id, a worker's as worker_job reads it
-        if event.data_table.id == "dead" and key is not None:
-            job_id: int | None = int(key)
-        else:
-            job_id = worker_job(key) if event.data_table.id == "workers" else None
-        if job_id is not None:
-            self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
-        elif event.data_table.id == "limits" and key is not None:
-            kind, _, limit_key = key.partition("\x00")
-            self.run_worker(self._show_throttled(kind, limit_key or None), name="job", exit_on_error=False)
-        elif event.data_table.id == "workflows" and key is not None:
-            self.show_workflow(int(key))
-
     def show_workflow(self, workflow_id: int) -> None:
         """A workflow's tree, on a screen of its own."""
         self.push_screen(
             WorkflowScreen(self.source, workflow_id, self.db_now, self._view, refresh=self.refresh_every, tz=self.tz)
         )
 
+    # Enter on a row: the tabs (and the workflow's tree) say what it opens.
+
     def on_open_job(self, message: OpenJob) -> None:
         self.run_worker(self._show_job(message.job_id), name="job", exit_on_error=False)
+
+    def on_open_throttled(self, message: OpenThrottled) -> None:
+        self.run_worker(self._show_throttled(message.kind, message.key), name="job", exit_on_error=False)
+
+    def on_open_workflow(self, message: OpenWorkflow) -> None:
+        self.show_workflow(message.workflow_id)
 
     async def _show_throttled(self, kind: str, key: str | None) -> None:
         """The job screen of the next throttled job of a kind (or key): it says which limit holds it."""

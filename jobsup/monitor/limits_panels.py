@@ -13,6 +13,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
@@ -131,6 +132,15 @@ def _after(kind: str, current: Limits, given: Mapping[str, str | None]) -> Limit
         "key_burst": None,
     }
     return Limits.of(kind, **{**kept, **given})
+
+
+class OpenThrottled(Message):
+    """Open the job screen of the next throttled job of a kind, or of one of its keys."""
+
+    def __init__(self, kind: str, key: str | None) -> None:
+        super().__init__()
+        self.kind = kind
+        self.key = key
 
 
 class LimitsPanel(Panel):

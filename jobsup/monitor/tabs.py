@@ -17,6 +17,7 @@ from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
@@ -26,7 +27,7 @@ from jobsup.monitor import formats as fmt
 from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
-from jobsup.monitor.limits_panels import LimitsPanel
+from jobsup.monitor.limits_panels import LimitsPanel, OpenThrottled
 from jobsup.monitor.panels import (
     DeadPanel,
     GroupsPanel,
@@ -37,8 +38,9 @@ from jobsup.monitor.panels import (
     View,
     WorkersPanel,
     selected_key,
+    worker_job,
 )
-from jobsup.monitor.workflow_panels import WorkflowsPanel
+from jobsup.monitor.workflow_panels import OpenJob, OpenWorkflow, WorkflowsPanel
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
 # from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.
@@ -116,6 +118,11 @@ class DeadPane(Pane):
     def action_requeue(self) -> None:
         writes.requeue_selected(self.app)
 
+    @on(DataTable.RowSelected, "#dead")
+    def _open_job(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:  # a dead job's row is keyed by its id
+            self.post_message(OpenJob(int(event.row_key.value)))
+
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
             yield DeadPanel(id="dead-panel")
@@ -137,6 +144,12 @@ class WorkersPane(Pane):
 
     def action_cancel_job(self) -> None:
         writes.cancel_selected(self.app)
+
+    @on(DataTable.RowSelected, "#workers")
+    def _open_job(self, event: DataTable.RowSelected) -> None:
+        job_id = worker_job(event.row_key.value)  # a busy worker's row names its job
+        if job_id is not None:
+            self.post_message(OpenJob(job_id))
 
     def compose(self) -> ComposeResult:
         yield WorkersPanel(id="workers-panel")
@@ -179,6 +192,12 @@ class LimitsPane(Pane):
     def action_limit(self) -> None:
         writes.limit_selected(self.app)
 
+    @on(DataTable.RowSelected, "#limits")
+    def _open_throttled(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:  # a kind's row, or one of its keys' ("kind\x00key")
+            kind, _, key = event.row_key.value.partition("\x00")
+            self.post_message(OpenThrottled(kind, key or None))
+
     def compose(self) -> ComposeResult:
         yield LimitsPanel(id="limits-panel")
 
@@ -194,6 +213,11 @@ class LimitsPane(Pane):
 
 class WorkflowsPane(Pane):
     TAB = Tab("workflows", "Workflows", "7", "the newest workflows and their progress; Enter: one as a tree")
+
+    @on(DataTable.RowSelected, "#workflows")
+    def _open_workflow(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(OpenWorkflow(int(event.row_key.value)))
 
     def compose(self) -> ComposeResult:
         yield WorkflowsPanel(id="workflows-panel")

@@ -168,6 +168,14 @@ class OpenJob(Message):
         self.job_id = job_id
 
 
+class OpenWorkflow(Message):
+    """Open a workflow's tree, on a screen of its own."""
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__()
+        self.workflow_id = workflow_id
+
+
 class WorkflowReady(Message):
     def __init__(self, workflow: WorkflowView | None) -> None:
         super().__init__()
