@@ -9,6 +9,7 @@
 - screens.py, schedules.py: the modal screens, the schedules screen.
 - writes.py: requeue, cancel, pause and resume, limits: each asked first, on the focused table's selection.
 - tabs.py: the tabs, each with the writes its tables offer (their keys are its bindings).
+- header.py: the lines above the tabs (title, headline, health), each a widget that draws itself.
 - main_screen.py: the main screen: the tabs and their bar, Tab through every panel, the filter.
 - app.py: the Textual application: the refresh, drawing the figures, the screens it opens; top.tcss
   the layout. workflow_tree.py: the old place of jobsup.ops.workflow_tree (deprecated).

@@ -22,12 +22,12 @@ from textual.worker import Worker, WorkerState
 
 from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
-from jobsup.monitor import formats as fmt
 from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
+from jobsup.monitor.header import Headline, Health, Title
 from jobsup.monitor.limits_panels import OpenThrottled
 from jobsup.monitor.main_screen import MainScreen
-from jobsup.monitor.panels import Panel, ThroughputPanel, View, pack
+from jobsup.monitor.panels import Panel, ThroughputPanel, View
 from jobsup.monitor.screens import HelpScreen, JobScreen
 from jobsup.monitor.source import Source
 from jobsup.monitor.tabs import TABS, TALL, WIDE, WorkflowsPane
@@ -250,7 +250,10 @@ class TopApp(App[None]):
         if not self.is_running or not self.main.ready or not self.main.is_attached:
             return
         view = self._view()
-        self.main.query_one("#title", Static).update(self._title_line())
+        state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
+        self.main.query_one(Title).show(
+            state, self._clock(), view, self.read_only, self.source.label, self.refresh_every
+        )
         banner = self.main.query_one("#banner", Static)
         banner.set_class(self.down is not None, "-shown")
         body = self.main.query_one("#body")
@@ -258,13 +261,10 @@ class TopApp(App[None]):
         if self.down is not None:
             when = f" · the figures below are from {self._clock()}" if self.figures else ""
             banner.update(Text(f"⚠ database unavailable: {self.down}{when} · reconnecting…"))
+        self.main.query_one(Headline).show(self.figures, view)
         if self.figures is None:
-            self.main.query_one("#headline", Static).update(Text("connecting to the database…", style="dim"))
             return
-        self.main.query_one("#headline", Static).update(self._headline(self.figures, view))
-        health = self._health(self.figures, view)
-        self.main.query_one("#health", Static).update(health or "")
-        self.main.query_one("#health", Static).set_class(bool(health), "-shown")
+        self.main.query_one(Health).show(self.figures, view)
         for panel in self.main.query(Panel):
             panel.update(self.figures, view)
         self.main.query_one(ThroughputPanel).show_rates(self.throughput)
@@ -279,56 +279,6 @@ class TopApp(App[None]):
         if self.figures is None:
             return None
         return self.figures.now + timedelta(seconds=time.monotonic() - self._figures_at)
-
-    def _title_line(self) -> Text:
-        state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
-        style = {"stale": "bold reverse", "paused": "bold reverse", "live": "bold"}.get(state, "")
-        parts: list[tuple[str, str] | str] = [("jobsup top ", "bold"), (f" {state} ", style), f" {self._clock()}"]
-        if self.match:
-            parts.append(("  filter: " + self.match, "bold"))
-        if self.read_only:
-            parts.append(("  READ-ONLY", "bold"))
-        line = Text.assemble(*parts)
-        # The database is always named, cut in its middle if it must be; the refresh interval only if it fits.
-        room = (self.main.query_one("#title").size.width or self.size.width) - 2
-        every = f"  every {fmt.age(self.refresh_every)}"
-        label = fmt.middle_cut(self.source.label, max(12, room - line.cell_len - 2))
-        line.append(f"  {label}")
-        if line.cell_len + len(every) <= room:
-            line.append(every, style="dim")
-        return line
-
-    def _headline(self, figures: Figures, view: View) -> Text:
-        total = figures.total
-        live = figures.live_supervisors(self.stale_after)
-        workers = [w for s in live for w in s.workers]
-        busy = sum(1 for w in workers if w.state == "busy")
-        oldest = figures.oldest_ready
-        stale = fmt.stale_note(figures.supervisors, self.stale_after)
-        items = [
-            ("ready", fmt.count(total.ready), ""),
-            ("scheduled", fmt.count(total.scheduled), ""),
-            ("running", fmt.count(total.running), ""),
-            *([("waiting", fmt.count(total.waiting), "")] if view.waiting else []),
-            ("dead", fmt.count(total.dead), view.error if total.dead else ""),
-            ("oldest ready", fmt.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-            ("done/min", fmt.count(figures.done_last_minute), ""),
-            ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
-            ("workers", f"{busy}/{len(workers)} busy", ""),
-        ]
-        width = self.main.query_one("#headline").size.width - 2
-        return pack(
-            [Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
-            width if width > 0 else self.size.width - 2,
-        )
-
-    def _health(self, figures: Figures, view: View) -> Text | None:
-        """Lines of warning under the header when something needs the operator, such as
-        "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health), or ready jobs that no
-        live supervisor can run ("unserved: kind c in queue mix, 5 ready, oldest 1m15s")."""
-        lines = [figures.health, fmt.unserved_note(figures.unserved(self.stale_after))]
-        shown = [f"⚠ {line}" for line in lines if line]
-        return Text("\n".join(shown), style=view.warning) if shown else None
 
     # --- actions -------------------------------------------------------------------------------
 

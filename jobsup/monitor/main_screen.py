@@ -1,4 +1,4 @@
-"""The console's main screen: the header lines, the filter, the tabs and their bar, the footer. It owns
+"""The console's main screen: the header lines (header.py), the filter, the tabs and their bar, the footer. It owns
 what moves around it: which tab is shown (a key, a click, the focus), Tab and Shift+Tab through the
 panels of every tab, and the filter's box. The app (app.py) owns the figures and draws them on it.
 """
@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Input, Static
 
 from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
+from jobsup.monitor.header import Headline, Health, Title
 from jobsup.monitor.panels import View
 from jobsup.monitor.tabs import TABS, Pane, Tabs, tab_bar
 
@@ -56,10 +57,10 @@ class MainScreen(Screen[None]):
         self._before_filter: DataTable | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(id="title")
+        yield Title(id="title")
         yield Static(id="banner")
-        yield Static(id="headline")
-        yield Static(id="health")
+        yield Headline(id="headline")
+        yield Health(id="health")
         # Up here, not above the footer: notifications appear bottom right and would cover it.
         yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)", id="filter")
         with Vertical(id="body"):
