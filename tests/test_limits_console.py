@@ -12,7 +12,7 @@ import pytest
 
 from jobsup import client
 from jobsup.db import lifecycle
-from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.limits_panels import LimitInput
 from jobsup.monitor.schedules import ConfirmSchedule
 from jobsup.monitor.screens import JobScreen
@@ -219,7 +219,7 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
         finally:
             await source.close()
         [charge] = figures.limits
-        assert charge.starts == 3 and fig.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
+        assert charge.starts == 3 and fmt.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
         assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
         assert charge.held == 2 and charge.throttled == 0 and charge.throttled_age is None
 

@@ -8,7 +8,7 @@ import json
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from jobsup.cli.options import connect, positive_int, workflow_id
 from jobsup.durations import format_age
@@ -28,8 +28,6 @@ IDS_SHOWN = 5
 DEPTH_SHOWN = 12
 # Workflows listed without an ID and without --limit.
 DEFAULT_LIMIT = 20
-# The statuses in the order a job goes through them, as the counts list them.
-STATUSES = ("waiting", "queued", "running", "done", "dead", "cancelled")
 UNFINISHED = ("waiting", "queued", "running")
 # Workflow ids are bigint, past the integer range of options.positive_int.
 
@@ -82,7 +80,7 @@ def view_lines(view: WorkflowView) -> list[str]:
     name = f" ({view.name})" if view.name else ""
     header = f"workflow {view.id}{name}: created {_iso(view.created_at)}, {_state(view, counts)}"
     total = len(view.members)
-    return [header, f"{total:,} job{'' if total == 1 else 's'}: {_counts(counts)}", *_tree(view.members)]
+    return [header, f"{total:,} job{'' if total == 1 else 's'}: {_counts(counts)}", *_tree(view)]
 
 
 def _state(view: WorkflowView, counts: Counter[str]) -> str:
@@ -97,85 +95,16 @@ def _state(view: WorkflowView, counts: Counter[str]) -> str:
     return f"finished {_iso(finished)}" + (", failed" if failed else "")
 
 
-class _Layout(NamedTuple):
-    """Where each job of a workflow stands in its tree."""
+def _tree(view: WorkflowView) -> list[str]:
+    """The workflow's tree (jobsup.ops.workflow_tree) as text: each job under its first parent of the
+    workflow, the jobs under no other, in id order, at the top; more than FANOUT_SHOWN side by side of one
+    kind as one line."""
+    from jobsup.ops.workflow_tree import tree
 
-    by_id: dict[int, Member]
-    under: dict[int, int | None]  # a job's first parent of the workflow: the one it is shown under
-    below: dict[int | None, list[int]]  # the jobs shown under each (None: at the top), in id order
-
-
-def _layout(members: Sequence[Member]) -> _Layout:
-    by_id = {m.id: m for m in members}
-    under = {m.id: next((p for p in m.parents if p in by_id), None) for m in members}
-    below: dict[int | None, list[int]] = {}
-    for m in members:  # in id order, so each list is
-        below.setdefault(under[m.id], []).append(m.id)
-    return _Layout(by_id, under, below)
-
-
-def _tree(members: Sequence[Member]) -> list[str]:
-    """Each job under its first parent of the workflow; the jobs under no other, in id order, at the
-    top. Depth first, with a stack of its own: a chain of 10,000 jobs is no recursion."""
-    layout = _layout(members)
-    lines: list[str] = []
-    shown: set[int] = set()
-    # A job never reached from the top (its first parents wait for each other in a loop, which enqueues
-    # on waiting jobs can make) starts a tree of its own.
-    tops = list(layout.below.get(None, []))
-    while True:
-        _walk(tops, layout, shown, lines)
-        rest = [m.id for m in members if m.id not in shown]
-        if not rest:
-            return lines
-        tops = rest[:1]
-
-
-def _walk(tops: list[int], layout: _Layout, shown: set[int], lines: list[str]) -> None:
-    """Depth first from `tops`: a "level" is siblings to group into entries, an "entry" one job or one
-    fan-out to print, then its children as the next level."""
-    by_id = layout.by_id
-    stack: list[tuple[str, list[int], int]] = [("level", tops, 0)]
-    while stack:
-        what, ids, depth = stack.pop()
-        ids = [i for i in ids if i not in shown]
-        if not ids:
-            continue
-        if what == "level":
-            stack.extend(("entry", entry, depth) for entry in reversed(_entries(ids, by_id)))
-            continue
-        shown.update(ids)
-        if len(ids) == 1:
-            lines.append(_indent(depth) + _job_line(by_id[ids[0]], layout.under[ids[0]]))
-        else:
-            lines.append(_indent(depth) + _fanout_line(ids, by_id))
-        # A fan-out's children are one level: 1,000 scans each followed by a parse show as two lines.
-        children = sorted({c for i in ids for c in layout.below.get(i, ())})
-        if children:
-            stack.append(("level", children, depth + 1))
-
-
-def _entries(ids: list[int], by_id: dict[int, Member]) -> list[list[int]]:
-    """Siblings in id order, each a one-job entry but those of a kind with more than FANOUT_SHOWN of
-    them, which are one entry where the first of them stands.
-
-    >>> from types import SimpleNamespace as J
-    >>> jobs = {i: J(kind="a" if i < 30 else "b") for i in range(1, 33)}
-    >>> [len(e) for e in _entries(sorted(jobs), jobs)]
-    [29, 1, 1, 1]
-    """
-    kinds = Counter(by_id[i].kind for i in ids)
-    wide: dict[str, list[int]] = {kind: [] for kind, n in kinds.items() if n > FANOUT_SHOWN}
-    entries: list[list[int]] = []
-    for i in ids:
-        group = wide.get(by_id[i].kind)
-        if group is None:
-            entries.append([i])
-            continue
-        if not group:
-            entries.append(group)  # filled below: the entry stands where its first job does
-        group.append(i)
-    return entries
+    return [
+        _indent(line.depth) + (_fanout_line(line.members) if line.folded else _job_line(line.members[0], line.under))
+        for line in tree(view, fanout=FANOUT_SHOWN)
+    ]
 
 
 def _indent(depth: int) -> str:
@@ -215,13 +144,14 @@ def _status(m: Member) -> str:
     return m.status
 
 
-def _fanout_line(ids: list[int], by_id: dict[int, Member]) -> str:
+def _fanout_line(members: Sequence[Member]) -> str:
     """Jobs of one kind side by side, as one line: how many, their ids, their statuses counted, and the
     first of those that died (what a reader looks for among a thousand)."""
-    kind = by_id[ids[0]].kind
+    ids = [m.id for m in members]
+    kind = members[0].kind
     span = f"{ids[0]} to {ids[-1]}" if ids[-1] - ids[0] + 1 == len(ids) else f"{ids[0]} … {ids[-1]}"
-    line = f"{len(ids):,} jobs ({kind}), ids {span}: {_counts(Counter(by_id[i].status for i in ids))}"
-    dead = [i for i in ids if by_id[i].status == "dead"]
+    line = f"{len(ids):,} jobs ({kind}), ids {span}: {_counts(Counter(m.status for m in members))}"
+    dead = [m.id for m in members if m.status == "dead"]
     if dead:
         line += f"; dead: {_some(dead)}"
     return line
@@ -232,6 +162,8 @@ def _counts(counts: Counter[str]) -> str:
     >>> _counts(Counter({"done": 1200, "waiting": 1}))
     '1 waiting, 1,200 done'
     """
+    from jobsup.ops.workflow_tree import STATUSES
+
     known = [f"{counts[s]:,} {s}" for s in STATUSES if counts[s]]
     others = [f"{n:,} {s}" for s, n in sorted(counts.items()) if s not in STATUSES]  # a newer schema's
     return ", ".join(known + others) or "none"

@@ -11,62 +11,31 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta, tzinfo
 
 from rich.text import Text
-from textual import events, on
-from textual.app import App, ComposeResult, SystemCommand
+from textual import events
+from textual.app import App, SystemCommand
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.driver import Driver
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Input, Static
+from textual.widgets import Static
 from textual.worker import Worker, WorkerState
 
-from jobsup.errors import DatabaseUnavailable, JobsupError
+from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
-from jobsup.monitor.figures import Figures, Scope
-from jobsup.monitor.limits_panels import LimitInput, LimitsPanel
-from jobsup.monitor.panels import KindsPanel, Panel, ThroughputPanel, View, group_scope, pack, selected_key, worker_job
-from jobsup.monitor.screens import Confirm, HelpScreen, JobScreen
+from jobsup.monitor import writes
+from jobsup.monitor.figures import Figures
+from jobsup.monitor.header import Headline, Health, Title
+from jobsup.monitor.limits_panels import OpenThrottled
+from jobsup.monitor.main_screen import MainScreen
+from jobsup.monitor.panels import Panel, ThroughputPanel, View
+from jobsup.monitor.screens import HelpScreen, JobScreen
 from jobsup.monitor.source import Source
-from jobsup.monitor.tabs import TABS, TALL, WIDE, Pane, Tabs, WorkflowsPane, tab_bar
+from jobsup.monitor.tabs import TABS, TALL, WIDE, WorkflowsPane
 from jobsup.monitor.terminal import terminal_driver
-from jobsup.monitor.workflow_panels import OpenJob, WorkflowScreen
+from jobsup.monitor.workflow_panels import OpenJob, OpenWorkflow, WorkflowScreen
 
 # The key map, as data: the footer, the help screen and the command palette all read it.
 KEYS: list[Binding] = [
-    Binding("r", "requeue", "Requeue", tooltip="requeue the selected dead job"),
-    Binding(
-        "R",
-        "requeue_scope",
-        "Requeue all…",
-        tooltip="requeue every dead job of the selected kind or error group (asks first)",
-    ),
-    # A priority binding runs as the key arrives, before the keys typed after it are handed to the
-    # widget that has the focus now: so "/email" typed fast lands in the filter whole.
-    Binding(
-        "slash", "filter", "Filter", priority=True, tooltip="show only a kind or queue whose name contains the text"
-    ),
-    Binding("escape", "clear_filter", "Clear filter", show=False, tooltip="clear the filter"),
-    # Control: in the footer only where they apply (the workers table, the queues table).
-    Binding(
-        "c",
-        "cancel_job",
-        "Cancel job…",
-        tooltip="cancel the selected worker's job: its worker is stopped and replaced (asks first)",
-    ),
-    Binding(
-        "P",
-        "queue('pause')",
-        "Pause queue…",
-        tooltip="pause the selected queue: no supervisor claims from it (asks first)",
-    ),
-    Binding("U", "queue('resume')", "Resume queue…", tooltip="resume the selected queue (asks first)"),
-    Binding(
-        "L",
-        "limit",
-        "Limits…",
-        tooltip="change the limits of the selected kind: concurrency=3 rate=50/s, or reset (asks first)",
-    ),
     Binding("p", "pause", "Pause", tooltip="pause or resume the refresh"),
     Binding("s", "schedules", "Schedules", show=False, tooltip="the schedules: run one now, pause, resume"),
     Binding("question_mark", "help", "Keys", tooltip="this list of keys"),
@@ -87,7 +56,7 @@ KEYS: list[Binding] = [
         for p in TABS
     ),
 ]
-# Keys that are not bindings of the app, for the help screen.
+# Keys that are not bindings of the app, for the help screen (the tabs' own are found on them).
 OTHER_KEYS = [
     ("Tab ⇧Tab", "the next / previous panel, through every tab"),
     ("↑ ↓ PgUp PgDn", "move in a panel"),
@@ -99,16 +68,6 @@ OTHER_KEYS = [
     ),
     ("Ctrl+P", "command palette"),
 ]
-WRITES = {"requeue", "requeue_scope", "cancel_job", "queue", "limit"}
-# The tables each key that changes data acts on: elsewhere (another table, the schedules screen) the key
-# is hidden from the footer and does nothing, so the footer offers only what the selection can take.
-ACTION_TABLES = {
-    "requeue": {"dead"},
-    "requeue_scope": {"dead", "groups", "kinds"},  # a job's kind, a group, a kind or (total row) all
-    "cancel_job": {"workers"},
-    "queue": {"queues"},
-    "limit": {"limits"},  # a kind's row or one of its keys'
-}
 
 
 class FiguresReady(Message):
@@ -123,20 +82,8 @@ class SourceDown(Message):
         self.reason = reason
 
 
-class Requeued(Message):
-    def __init__(self, ids: list[int], asked: int, scope: str) -> None:
-        super().__init__()
-        self.ids = ids
-        self.asked = asked
-        self.scope = scope
-
-
-class FilterInput(Input):
-    # Shown in the footer while the filter has the focus (the app's letter keys are typed into it then).
-    BINDINGS = [Binding("enter", "submit", "Keep the filter"), Binding("escape", "app.clear_filter", "Clear it")]
-
-
 class TopApp(App[None]):
+    main: MainScreen  # the panels' screen; self.screen is a dialog while one is open
     CSS_PATH = "top.tcss"
     TITLE = "jobsup top"
     BINDINGS = [*KEYS]  # a new list, typed as textual's list[BindingType] (list is invariant)
@@ -169,8 +116,6 @@ class TopApp(App[None]):
         self.down: str | None = None  # why the last refresh failed, while the figures are stale
         self.refreshes = 0  # successful refreshes, for tests and the curious
         self._figures_at = 0.0  # time.monotonic() when the figures arrived
-        self.tabs = Tabs()
-        self._before_filter: DataTable | None = None
         self._refreshing = False
         self._again = False
         self._workflows_shown = False  # what source.list_workflows was last set to
@@ -180,118 +125,47 @@ class TopApp(App[None]):
         # On the terminal, not on stderr: `jobsup top 2>file` still shows the console (terminal.py).
         return terminal_driver(super().get_driver_class())
 
-    # --- layout --------------------------------------------------------------------------------
-
-    def compose(self) -> ComposeResult:
-        yield Static(id="title")
-        yield Static(id="banner")
-        yield Static(id="headline")
-        yield Static(id="health")
-        # Up here, not above the footer: notifications appear bottom right and would cover it.
-        yield FilterInput(placeholder="filter: part of a kind or queue name (Enter keeps it, Esc clears)", id="filter")
-        with Vertical(id="body"):
-            first, *others = TABS
-            yield first()
-            # Docked to the top of the body, unless the first tab is pinned: then between it and the rest.
-            yield Static(id="tabbar")
-            for pane in others:
-                yield pane()
-        yield Footer()
+    def get_default_screen(self) -> Screen:
+        self.main = MainScreen(on_ready=self._render, on_tabs=self._render_tabs, on_filter=self._filter)
+        return self.main
 
     def on_mount(self) -> None:
-        self.main = self.screen  # the panels' screen; self.screen is a dialog while one is open
-        self._select_tab(self.tabs.tab)
-        self.main.query_one("#kinds", DataTable).focus()
         self.theme_changed_signal.subscribe(self, lambda _theme: self._render())
-        self._render()
         self.set_interval(self.refresh_every, self._tick)
         self.refresh_now()
 
     def on_resize(self, event: events.Resize) -> None:
         self.call_after_refresh(self._render)  # the tab bar reads whether the first tab is pinned
 
-    # --- tabs ------------------------------------------------------------------------------------
-
-    @property
-    def pinned(self) -> bool:
-        """Whether the first tab stays in view above the others (a terminal of at least WIDE × TALL)."""
-        return self.main.has_class("-wide") and self.main.has_class("-tall")
-
-    def _pane(self, tab: str) -> Pane:
-        return self.main.query_one(f"#pane-{tab}", Pane)
+    # --- tabs: the main screen's (main_screen.py) ---------------------------------------------------
 
     @property
     def tab(self) -> str:
         """The tab of the focused panel."""
-        return self.tabs.tab
-
-    def _select_tab(self, tab: str) -> None:
-        self.tabs.select(tab)
-        for pane in self.main.query(Pane):
-            pane.set_class(pane.TAB.id == self.tabs.tab, "-active")
-            pane.set_class(pane.TAB.id == self.tabs.lower, "-lower")
-        self._render_tabs()
+        return self.main.tab
 
     def action_show_tab(self, tab: str) -> None:
-        """Show a tab and focus its first panel."""
-        self._select_tab(tab)
-        table = self._pane(tab).first_table()
-        if table is not None:
-            # After the next layout: a table that was hidden cannot take the focus yet.
-            self.call_after_refresh(table.focus)
-
-    def on_descendant_focus(self, event: events.DescendantFocus) -> None:
-        """The tab follows the focus, whether it came from Tab, a key or a click."""
-        pane = next((node for node in event.widget.ancestors if isinstance(node, Pane)), None)
-        if pane is not None and pane.TAB.id != self.tab:
-            self._select_tab(pane.TAB.id)
-
-    def _panes(self) -> list[Pane]:
-        """The panes the tab bar and Tab offer: those with something to show, and the one shown."""
-        shown = (self.tab, self.tabs.marked(self.pinned))
-        return [p for p in self.main.query(Pane) if p.offered(self.figures) or p.TAB.id in shown]
-
-    def _panel_tables(self) -> list[DataTable]:
-        return [t for pane in self._panes() for t in pane.query(DataTable)]
-
-    def _cycle(self, step: int) -> None:
-        tables = self._panel_tables()
-        focused = self.focused
-        here = tables.index(focused) if focused in tables else -1 if step > 0 else 0
-        table = tables[(here + step) % len(tables)]
-        pane = next(node for node in table.ancestors if isinstance(node, Pane))
-        if not self.tabs.visible(pane.TAB.id, self.pinned):
-            self._select_tab(pane.TAB.id)
-            self.call_after_refresh(table.focus)
-        else:
-            table.focus()
+        """Show a tab and focus its first panel (the keys 1…n, the palette, a click on the tab bar)."""
+        self.main.show_tab(tab)
 
     def action_focus_next(self) -> None:
         # Tab walks the panels of every tab, showing the tab of the next one: Tab alone reaches everything.
-        if self.screen is self.main and not isinstance(self.focused, Input):
-            self._cycle(1)
-        else:
+        if self.screen is not self.main or not self.main.cycle(1):
             super().action_focus_next()
 
     def action_focus_previous(self) -> None:
-        if self.screen is self.main and not isinstance(self.focused, Input):
-            self._cycle(-1)
-        else:
+        if self.screen is not self.main or not self.main.cycle(-1):
             super().action_focus_previous()
 
     def _render_tabs(self) -> None:
-        if not self.is_running or not self.main.is_attached:
+        if not self.is_running or not self.main.ready or not self.main.is_attached:
             return
         self._follow_workflows()
-        view = self._view()
-        badges = [(pane.TAB, pane.badge(self.figures, view) if self.figures else "") for pane in self._panes()]
-        bar = self.main.query_one("#tabbar", Static)
-        width = bar.content_size.width or None  # 0 before the first layout
-        bar.update(tab_bar(badges, self.tabs.marked(self.pinned), f"reverse {view.accent}", "dim", width))
+        self.main.show_tab_bar(self._view())
 
     def _follow_workflows(self) -> None:
         """Refreshes read the workflows' list while their tab is in view, and at once when it comes in."""
-        shown = self.tabs.visible(WorkflowsPane.TAB.id, self.pinned)
+        shown = self.main.tabs.visible(WorkflowsPane.TAB.id, self.main.pinned)
         if shown != self._workflows_shown:
             self._workflows_shown = shown
             self.source.list_workflows = shown
@@ -328,6 +202,7 @@ class TopApp(App[None]):
 
     def on_figures_ready(self, message: FiguresReady) -> None:
         self.previous, self.figures = self.figures, message.figures
+        self.main.figures = message.figures
         self._figures_at = time.monotonic()
         total = message.figures.total
         self._waiting_seen = self._waiting_seen or total.waiting > 0
@@ -372,10 +247,13 @@ class TopApp(App[None]):
         # The app is closing: a refresh that ended meanwhile has nowhere to go. `is_running` turns
         # False before the widgets are removed; `is_attached` alone misses a shutdown that does not go
         # through exit() (run_test's does not).
-        if not self.is_running or not self.main.is_attached:
+        if not self.is_running or not self.main.ready or not self.main.is_attached:
             return
         view = self._view()
-        self.main.query_one("#title", Static).update(self._title_line())
+        state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
+        self.main.query_one(Title).show(
+            state, self._clock(), view, self.read_only, self.source.label, self.refresh_every
+        )
         banner = self.main.query_one("#banner", Static)
         banner.set_class(self.down is not None, "-shown")
         body = self.main.query_one("#body")
@@ -383,13 +261,10 @@ class TopApp(App[None]):
         if self.down is not None:
             when = f" · the figures below are from {self._clock()}" if self.figures else ""
             banner.update(Text(f"⚠ database unavailable: {self.down}{when} · reconnecting…"))
+        self.main.query_one(Headline).show(self.figures, view)
         if self.figures is None:
-            self.main.query_one("#headline", Static).update(Text("connecting to the database…", style="dim"))
             return
-        self.main.query_one("#headline", Static).update(self._headline(self.figures, view))
-        health = self._health(self.figures, view)
-        self.main.query_one("#health", Static).update(health or "")
-        self.main.query_one("#health", Static).set_class(bool(health), "-shown")
+        self.main.query_one(Health).show(self.figures, view)
         for panel in self.main.query(Panel):
             panel.update(self.figures, view)
         self.main.query_one(ThroughputPanel).show_rates(self.throughput)
@@ -405,71 +280,11 @@ class TopApp(App[None]):
             return None
         return self.figures.now + timedelta(seconds=time.monotonic() - self._figures_at)
 
-    def _title_line(self) -> Text:
-        state = ("stale" if self.down else "paused" if self.paused else "live") if self.figures else "…"
-        style = {"stale": "bold reverse", "paused": "bold reverse", "live": "bold"}.get(state, "")
-        parts: list[tuple[str, str] | str] = [("jobsup top ", "bold"), (f" {state} ", style), f" {self._clock()}"]
-        if self.match:
-            parts.append(("  filter: " + self.match, "bold"))
-        if self.read_only:
-            parts.append(("  READ-ONLY", "bold"))
-        line = Text.assemble(*parts)
-        # The database is always named, cut in its middle if it must be; the refresh interval only if it fits.
-        room = (self.main.query_one("#title").size.width or self.size.width) - 2
-        every = f"  every {fig.age(self.refresh_every)}"
-        label = fig.middle_cut(self.source.label, max(12, room - line.cell_len - 2))
-        line.append(f"  {label}")
-        if line.cell_len + len(every) <= room:
-            line.append(every, style="dim")
-        return line
-
-    def _headline(self, figures: Figures, view: View) -> Text:
-        total = figures.total
-        live = figures.live_supervisors(self.stale_after)
-        workers = [w for s in live for w in s.workers]
-        busy = sum(1 for w in workers if w.state == "busy")
-        oldest = figures.oldest_ready
-        stale = fig.stale_note(figures.supervisors, self.stale_after)
-        items = [
-            ("ready", fig.count(total.ready), ""),
-            ("scheduled", fig.count(total.scheduled), ""),
-            ("running", fig.count(total.running), ""),
-            *([("waiting", fig.count(total.waiting), "")] if view.waiting else []),
-            ("dead", fig.count(total.dead), view.error if total.dead else ""),
-            ("oldest ready", fig.age(oldest), view.warning if oldest and oldest > self.warn_age else ""),
-            ("done/min", fig.count(figures.done_last_minute), ""),
-            ("supervisors", f"{len(live)}" + (f" {stale}" if stale else ""), view.error if stale else ""),
-            ("workers", f"{busy}/{len(workers)} busy", ""),
-        ]
-        width = self.main.query_one("#headline").size.width - 2
-        return pack(
-            [Text.assemble((label + " ", "dim"), (value, style or "bold")) for label, value, style in items],
-            width if width > 0 else self.size.width - 2,
-        )
-
-    def _health(self, figures: Figures, view: View) -> Text | None:
-        """Lines of warning under the header when something needs the operator, such as
-        "vacuum held back 14m by pid 4211 (idle in transaction)" (jobsup.health), or ready jobs that no
-        live supervisor can run ("unserved: kind c in queue mix, 5 ready, oldest 1m15s")."""
-        lines = [figures.health, fig.unserved_note(figures.unserved(self.stale_after))]
-        shown = [f"⚠ {line}" for line in lines if line]
-        return Text("\n".join(shown), style=view.warning) if shown else None
-
     # --- actions -------------------------------------------------------------------------------
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in WRITES:
-            if self.read_only or self.screen is not self.main:
-                return False
-            focused = self._focused_table()
-            if focused is None or focused.id not in ACTION_TABLES[action]:
-                return False
-            # r takes the selected job, L the selected kind: an empty table (a filter that matches none) has none.
-            return action not in ("requeue", "limit") or selected_key(focused) is not None
         if action == "refuse":
             return self.read_only
-        if action == "filter":  # not over a dialog, and a / typed into the filter is just a /
-            return self.screen is self.main and not isinstance(self.focused, Input)
         if action == "pause":  # the refresh of the main screen's figures: not offered over another screen
             return self.screen is self.main
         return True
@@ -477,194 +292,10 @@ class TopApp(App[None]):
     def action_refuse(self) -> None:
         self.notify("this console is read-only (--read-only): nothing was changed", severity="warning")
 
-    def _focused_table(self) -> DataTable | None:
-        return self.focused if isinstance(self.focused, DataTable) else None
-
-    def action_requeue(self) -> None:
-        table = self._focused_table()
-        key = selected_key(table) if table is not None and table.id == "dead" else None
-        if key is None:
-            self.notify(
-                "select a dead job first (2: the Dead tab); R requeues a whole kind or group", severity="warning"
-            )
-            return
-        job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None) if self.figures else None
-        scope = f"dead job {key}" + (f" ({job.kind})" if job else "")
-        self.run_worker(self._requeue([int(key)], None, scope), name="requeue", exit_on_error=False)
-
-    def _selected_scope(self) -> Scope:
-        table = self._focused_table()
-        key = selected_key(table) if table is not None else None
-        if table is None or key is None:
-            return Scope()
-        if table.id == "kinds":
-            return self.main.query_one(KindsPanel).scope()
-        if table.id == "groups":
-            return group_scope(key)
-        if table.id == "dead" and self.figures:
-            job = next((j for j in self.figures.dead_jobs if str(j.id) == key), None)
-            return Scope(kind=job.kind) if job else Scope()
-        return Scope()
-
-    def action_requeue_scope(self) -> None:
-        self.run_worker(self._requeue_scope(self._selected_scope()), name="requeue", exit_on_error=False)
-
-    async def _requeue_scope(self, scope: Scope) -> None:
-        ids = await self.source.dead_ids(scope)
-        if not ids:
-            self.notify(f"no {scope.describe(0).removeprefix('0 ')} to requeue", severity="warning")
-            return
-        stated = scope.describe(len(ids))
-        yes = await self.push_screen_wait(
-            Confirm(
-                f"Requeue {stated}?",
-                "Each goes back to its queue with its attempts reset to 0; its error history is kept.",
-            )
-        )
-        if not yes:
-            self.notify("nothing was requeued")
-            return
-        await self._requeue(ids, scope.kind, stated)
-
-    async def _requeue(self, ids: list[int], kind: str | None, scope: str) -> None:
-        done = await self.source.requeue(ids, kind=kind)
-        self.post_message(Requeued(done, len(ids), scope))
-
-    def on_requeued(self, message: Requeued) -> None:
-        n = len(message.ids)
-        if n == message.asked:
-            self.notify(f"requeued {message.scope}" if n == 1 else f"requeued {message.scope}", title="requeue")
-        else:
-            self.notify(
-                f"requeued {n} of {message.scope}: the others were no longer dead, or their unique key is live again",
-                title="requeue",
-                severity="warning",
-            )
-        self.refresh_now()
-
-    def action_cancel_job(self) -> None:
-        table = self._focused_table()
-        job_id = worker_job(selected_key(table)) if table is not None and table.id == "workers" else None
-        if job_id is None:
-            self.notify(
-                "select a busy worker first (3: the Workers tab): c cancels the job it runs", severity="warning"
-            )
-            return
-        self.run_worker(self._cancel(job_id), name="cancel", exit_on_error=False)
-
-    async def _cancel(self, job_id: int) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        yes = await self.push_screen_wait(
-            ConfirmSchedule(
-                f"Cancel job {job_id}?",
-                "Its worker is stopped (SIGTERM, then SIGKILL after the kill grace) and replaced; the job is "
-                "recorded cancelled and never retried. A job that finishes first stays as it ended.",
-                "Yes, cancel",
-            )
-        )
-        if not yes:
-            self.notify("nothing was cancelled")
-            return
-        done = await self.source.cancel(job_id)
-        said = {"requested": "cancel requested: its supervisor stops the worker", "cancelled": "cancelled"}
-        self.notify(
-            f"job {job_id} ({done.kind}): {said.get(done.action, 'not changed: ' + done.note)}",
-            title="cancel",
-            severity="information" if done.action != "unchanged" else "warning",
-        )
-        self.refresh_now()
-
-    def action_queue(self, action: str) -> None:
-        table = self._focused_table()
-        name = selected_key(table) if table is not None and table.id == "queues" else None
-        if name is None:
-            self.notify("select a queue first (1: the Jobs tab, its queues table)", severity="warning")
-            return
-        self.run_worker(self._queue(action, name), name="queue", exit_on_error=False)
-
-    async def _queue(self, action: str, name: str) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        question = {
-            "pause": (
-                f"Pause queue {name}?",
-                "No supervisor claims from it until it is resumed; "
-                "running jobs finish, claimed ones not yet started go back.",
-                "Yes, pause",
-            ),
-            "resume": (f"Resume queue {name}?", "Every supervisor of the queue claims from it again.", "Yes, resume"),
-        }[action]
-        if not await self.push_screen_wait(ConfirmSchedule(*question)):
-            self.notify("nothing was changed")
-            return
-        self.notify(await self.source.queue_action(action, name), title="queue")
-        self.refresh_now()
-
-    def action_limit(self) -> None:
-        table = self._focused_table()
-        row = self.main.query_one(LimitsPanel).selected() if table is not None and table.id == "limits" else None
-        if row is None:
-            self.notify("select a kind first (6: the Limits tab)", severity="warning")
-            return
-        self.run_worker(self._limit(row), name="limit", exit_on_error=False)
-
-    async def _limit(self, row: fig.LimitRow) -> None:
-        from jobsup.monitor.schedules import ConfirmSchedule
-
-        change = await self.push_screen_wait(LimitInput(row))
-        if change is None or not await self.push_screen_wait(ConfirmSchedule(*change.question())):
-            self.notify("nothing was changed")
-            return
-        try:
-            if change.given is None:
-                done = await self.source.reset_limits(row.kind)
-            else:
-                done = await self.source.set_limits(row.kind, change.given)
-        except JobsupError as exc:  # a bad value the input let through, or the database: nothing changed
-            self.notify(str(exc), title=f"limits of kind {row.kind}", severity="error", timeout=8)
-            return
-        said = f"{done.before} → {done.after}" if done.before != done.after else f"unchanged: {done.after}"
-        self.notify(f"kind {done.kind}: {said}", title="limits")
-        self.refresh_now()
-
-    def action_filter(self) -> None:
-        box = self.main.query_one(FilterInput)
-        if not isinstance(self.focused, Input):
-            self._before_filter = self._focused_table()
-        box.add_class("-shown")
-        box.value = self.match or ""
-        # At once, not after a refresh as focus() does: keys typed right after / belong to the filter.
-        self.main.set_focus(box)
-
-    @on(Input.Changed, "#filter")
-    def _filter_changed(self, event: Input.Changed) -> None:
-        self.match = event.value.strip() or None
+    def _filter(self, match: str | None) -> None:
+        self.match = match
         self._render()
         self.refresh_now()
-
-    @on(Input.Submitted, "#filter")
-    def _filter_submitted(self, event: Input.Submitted) -> None:
-        box = self.main.query_one(FilterInput)
-        box.remove_class("-shown")
-        self.action_show_tab("dead")  # what the filter narrows most: the dead jobs and their groups
-
-    def action_clear_filter(self) -> None:
-        box = self.main.query_one(FilterInput)
-        was_open = box.has_class("-shown")
-        box.remove_class("-shown")
-        if was_open:
-            back = (
-                self._before_filter
-                if self._before_filter is not None and self._before_filter.is_attached
-                else self.main.query_one("#kinds", DataTable)
-            )
-            back.focus()
-        if self.match is not None or box.value:
-            box.value = ""  # posts Input.Changed, which clears the match and refreshes
-            self.match = None
-            self._render()
-            self.refresh_now()
 
     def action_pause(self) -> None:
         self.paused = not self.paused
@@ -691,32 +322,19 @@ class TopApp(App[None]):
             for b in bindings:
                 if not isinstance(b, Binding) or not b.tooltip:
                     continue
-                if self.read_only and b.action.partition("(")[0] in (*WRITES, "schedule"):
+                if self.read_only and b.action.partition("(")[0] in (*writes.WRITES, "schedule"):
                     continue
                 item = (self.get_key_display(b), prefix + b.tooltip)
                 if item not in keys:
                     keys.append(item)
 
+        add(writes.BINDINGS)
+        add(MainScreen.BINDINGS)
         add(KEYS)
         for node in self.main.walk_children():
             add(type(node).BINDINGS)
         add(SCHEDULE_KEYS, "schedules (s): ")
         return keys + OTHER_KEYS
-
-    @on(DataTable.RowSelected)
-    def _open_job(self, event: DataTable.RowSelected) -> None:
-        key = event.row_key.value  # a dead job's row is keyed by its id, a worker's as worker_job reads it
-        if event.data_table.id == "dead" and key is not None:
-            job_id: int | None = int(key)
-        else:
-            job_id = worker_job(key) if event.data_table.id == "workers" else None
-        if job_id is not None:
-            self.run_worker(self._show_job(job_id), name="job", exit_on_error=False)
-        elif event.data_table.id == "limits" and key is not None:
-            kind, _, limit_key = key.partition("\x00")
-            self.run_worker(self._show_throttled(kind, limit_key or None), name="job", exit_on_error=False)
-        elif event.data_table.id == "workflows" and key is not None:
-            self.show_workflow(int(key))
 
     def show_workflow(self, workflow_id: int) -> None:
         """A workflow's tree, on a screen of its own."""
@@ -724,8 +342,16 @@ class TopApp(App[None]):
             WorkflowScreen(self.source, workflow_id, self.db_now, self._view, refresh=self.refresh_every, tz=self.tz)
         )
 
+    # Enter on a row: the tabs (and the workflow's tree) say what it opens.
+
     def on_open_job(self, message: OpenJob) -> None:
         self.run_worker(self._show_job(message.job_id), name="job", exit_on_error=False)
+
+    def on_open_throttled(self, message: OpenThrottled) -> None:
+        self.run_worker(self._show_throttled(message.kind, message.key), name="job", exit_on_error=False)
+
+    def on_open_workflow(self, message: OpenWorkflow) -> None:
+        self.show_workflow(message.workflow_id)
 
     async def _show_throttled(self, kind: str, key: str | None) -> None:
         """The job screen of the next throttled job of a kind (or key): it says which limit holds it."""
@@ -755,7 +381,7 @@ class TopApp(App[None]):
             )
         )
         if answer == "requeue":
-            await self._requeue([job_id], None, f"dead job {job_id} ({job['kind']})")
+            await writes.requeue(self, [job_id], None, f"dead job {job_id} ({job['kind']})")
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -763,27 +389,35 @@ class TopApp(App[None]):
             yield SystemCommand(
                 "Requeue the selected dead job",
                 "r: the job under the cursor of the dead jobs table",
-                self.action_requeue,
+                lambda: writes.requeue_selected(self),
             )
             yield SystemCommand(
                 "Requeue dead jobs of the selection…",
                 "R: the selected kind or error group, or all; asks first",
-                self.action_requeue_scope,
+                lambda: writes.requeue_selected_scope(self),
             )
             yield SystemCommand(
-                "Cancel the selected worker's job…", "c: in the workers table; asks first", self.action_cancel_job
+                "Cancel the selected worker's job…",
+                "c: in the workers table; asks first",
+                lambda: writes.cancel_selected(self),
             )
             yield SystemCommand(
-                "Pause the selected queue…", "P: in the queues table; asks first", lambda: self.action_queue("pause")
+                "Pause the selected queue…",
+                "P: in the queues table; asks first",
+                lambda: writes.queue_selected(self, "pause"),
             )
             yield SystemCommand(
-                "Resume the selected queue…", "U: in the queues table; asks first", lambda: self.action_queue("resume")
+                "Resume the selected queue…",
+                "U: in the queues table; asks first",
+                lambda: writes.queue_selected(self, "resume"),
             )
             yield SystemCommand(
-                "Change the limits of the selected kind…", "L: in the limits table; asks first", self.action_limit
+                "Change the limits of the selected kind…",
+                "L: in the limits table; asks first",
+                lambda: writes.limit_selected(self),
             )
-        yield SystemCommand("Filter by kind or queue", "/", self.action_filter)
-        yield SystemCommand("Clear the filter", "Esc", self.action_clear_filter)
+        yield SystemCommand("Filter by kind or queue", "/", self.main.action_filter)
+        yield SystemCommand("Clear the filter", "Esc", self.main.action_clear_filter)
         yield SystemCommand("Pause or resume the refresh", "p", self.action_pause)
         yield SystemCommand("Show the keys", "?", self.action_help)
         for pane in TABS:

@@ -1,4 +1,5 @@
-"""What the console shows, as frozen values, and the pure helpers that turn them into text.
+"""What the console shows, as frozen values, and how they are built from the rows source.py reads
+(formats.py writes them as text).
 
 Nothing here talks to the database or imports textual: source.py fills these values, the screen only
 lays them out. Every age is measured against the database's clock (`Figures.now`), so a console on a
@@ -13,8 +14,7 @@ from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Literal
 
-from jobsup.durations import format_age
-from jobsup.limits import Rate
+from jobsup.monitor.formats import short_error
 from jobsup.ops.latency import KindLatency, summarize
 
 # Re-exported (the `X as X` form): the panels read these through this module, as fig.COUNT_COLUMNS.
@@ -26,8 +26,6 @@ from jobsup.ops.snapshot import column_sums as column_sums
 from jobsup.ops.unserved import Unserved
 from jobsup.ops.workflows import Progress
 
-age = format_age  # the console's name for it: the panels show ages as fig.age(seconds)
-
 DEFAULT_REFRESH = 1.0  # seconds between refreshes of `jobsup top`
 DEFAULT_WARN_AGE = 60.0  # an oldest ready job older than this (seconds) is shown as a warning
 # A supervisor writes its row every second; three missed beats (and some slack) means it is stale.
@@ -36,9 +34,6 @@ STALE_AFTER = 5.0
 HISTORY_SECONDS = 300.0
 # Minutes of reaper activity the rescues sparkline covers.
 REAPER_MINUTES = 30
-# Starts are counted within a rate's period up to this many seconds: longer periods over their last
-# minute, which a refresh reads anyway for done/min (console_limit_keys).
-STARTS_SPAN = 60.0
 LIMIT_KEYS = 3  # the busiest keys shown under each limited kind
 WORKFLOWS_LISTED = 20  # the newest workflows the Workflows tab lists (and its badge looks at)
 
@@ -102,6 +97,12 @@ class Worker:
     jobs_done: int = 0
     restarts: int = 0
     last_exit: str | None = None
+    # A process running jobs that share it: how many of its capacity, its event loop's lag (seconds),
+    # and the job blocking that loop, if one does. None for a process of alone jobs.
+    shared: int | None = None
+    capacity: int | None = None
+    lag: float | None = None
+    blocked_by: int | None = None
 
 
 @dataclass(frozen=True)
@@ -164,7 +165,7 @@ class LimitedKey:
     held: int = 0
     throttled: int = 0
     throttled_age: float | None = None
-    starts: int = 0  # within its key_rate's period (STARTS_SPAN at most)
+    starts: int = 0  # within its key_rate's period (formats.STARTS_SPAN at most)
 
 
 @dataclass(frozen=True)
@@ -172,7 +173,7 @@ class LimitRow(LimitedKind):
     """A kind with a limit in force as the Limits tab shows it: `jobsup stats`' figures, its starts and its
     busiest keys."""
 
-    starts: int = 0  # within its rate's period (STARTS_SPAN at most)
+    starts: int = 0  # within its rate's period (formats.STARTS_SPAN at most)
     keys: tuple[LimitedKey, ...] = ()  # the LIMIT_KEYS busiest, by held then throttled
     keys_seen: int = 0  # keys holding a job or among its first THROTTLED_COUNTED throttled ones
 
@@ -192,7 +193,7 @@ class Figures:
     reaper_passes: tuple[ReaperPass, ...] = ()
     reaped_per_minute: tuple[int, ...] = ()  # oldest minute first, the current one last
     match: str | None = None  # the filter the database applied to the dead jobs and groups
-    health: str | None = None  # jobsup.health's one-line warning, None when all is well
+    health: str | None = None  # jobsup.ops.health's one-line warning, None when all is well
     latency: tuple[KindLatency, ...] = ()  # queue latency and run time per kind (jobsup.latency)
     leases: tuple[Lease, ...] = ()  # the running jobs whose lease expires soonest
     attempts: tuple[tuple[str, int, int], ...] = ()  # (status, attempts, jobs) of live and dead jobs
@@ -255,24 +256,6 @@ def unserved(
         for r in sorted(ready, key=lambda r: (r.queue, r.kind))
         if r.ready > 0 and r.queue not in held and not any(s.serves(r.queue, r.kind, stale_after) for s in sups)
     ]
-
-
-def unserved_note(items: Sequence[Unserved], most: int = 3) -> str:
-    """The header's line about them.
-
-    >>> note = unserved_note([Unserved("mix", "c", 5, 75.0), Unserved("x", "d", 1, 2.0)])
-    >>> note
-    'unserved: kind c in queue mix, 5 ready, oldest 1m15s; kind d in queue x, 1 ready, oldest 2.0s'
-    >>> unserved_note([Unserved("q", k, 1, 1.0) for k in "abcde"], most=2)
-    'unserved: kind a in queue q, 1 ready, oldest 1.0s; kind b in queue q, 1 ready, oldest 1.0s; +3 more'
-    >>> unserved_note([])
-    ''
-    """
-    if not items:
-        return ""
-    shown = [f"kind {u.kind} in queue {u.queue}, {u.ready:,} ready, oldest {age(u.age)}" for u in items[:most]]
-    more = [f"+{len(items) - most} more"] if len(items) > most else []
-    return "unserved: " + "; ".join(shown + more)
 
 
 @dataclass(frozen=True)
@@ -448,6 +431,10 @@ def worker(item: Mapping[str, Any]) -> Worker:
         jobs_done=int(item.get("jobs_done") or 0),
         restarts=int(item.get("restarts") or 0),
         last_exit=item.get("last_exit"),
+        shared=item.get("shared"),
+        capacity=item.get("capacity"),
+        lag=item.get("lag"),
+        blocked_by=item.get("blocked_by"),
     )
 
 
@@ -496,7 +483,7 @@ def per_minute_series(rows: Iterable[Mapping[str, Any]], minutes: int) -> tuple[
     return tuple(series)
 
 
-# --- throughput, from the growth of the per-kind totals ------------------------------------------
+# --- what changed, and throughput from the growth of the per-kind totals ------------------------------------------
 
 
 @dataclass
@@ -534,134 +521,6 @@ class Throughput:
         return rates[-1] if rates else None
 
 
-# --- formatting -----------------------------------------------------------------------------------
-
-
-def count(n: int | None) -> str:
-    """
-    >>> count(1234567), count(0), count(None)
-    ('1,234,567', '0', '-')
-    """
-    return "-" if n is None else f"{n:,}"
-
-
-def since(moment: datetime | None, now: datetime) -> float | None:
-    return None if moment is None else (now - moment).total_seconds()
-
-
-def size(n: int | None) -> str:
-    """Bytes, as top shows them.
-
-    >>> size(None), size(512), size(48 * 1024 ** 2), size(3 * 1024 ** 3 // 2)
-    ('-', '512B', '48M', '1.5G')
-    """
-    if n is None:
-        return "-"
-    if n < 1024:
-        return f"{n}B"
-    for unit, scale in (("K", 1024), ("M", 1024**2), ("G", 1024**3)):
-        if n < scale * 1024 or unit == "G":
-            value = n / scale
-            return f"{value:.1f}{unit}" if value < 10 and unit != "K" else f"{value:.0f}{unit}"
-    raise AssertionError("unreachable")
-
-
-def rate(per_second: float | None) -> str:
-    """
-    >>> rate(None), rate(0), rate(0.25), rate(12.345), rate(1500)
-    ('-', '0/s', '0.25/s', '12.3/s', '1,500/s')
-    """
-    if per_second is None:
-        return "-"
-    if per_second == 0:
-        return "0/s"
-    if per_second < 1:
-        return f"{per_second:.2f}/s"
-    if per_second < 100:
-        return f"{per_second:.1f}/s"
-    return f"{per_second:,.0f}/s"
-
-
-def held(n: int, limit: int | None) -> str:
-    """Jobs held, of the concurrency limit if there is one.
-
-    >>> held(3, 3), held(2, None)
-    ('3 of 3', '2')
-    """
-    return f"{n:,}" + ("" if limit is None else f" of {limit:,}")
-
-
-def starts(n: int, rate: Rate | None) -> str:
-    """Jobs started within a rate's period, of the rate: over the last minute when the period is longer,
-    or when there is no rate (console_limit_keys).
-
-    >>> starts(48, Rate(50, 1.0)), starts(12, Rate(1000, 3600.0)), starts(7, None)
-    ('48 of 50/s', '12 in 1m of 1000/h', '7 in 1m')
-    """
-    if rate is not None and rate.period <= STARTS_SPAN:
-        return f"{n:,} of {rate}"
-    return f"{n:,} in 1m" + ("" if rate is None else f" of {rate}")  # 1m: STARTS_SPAN
-
-
-def at_rate(n: int, rate: Rate | None) -> bool:
-    """Whether the starts counted reach the rate (only a period of at most STARTS_SPAN is counted whole).
-
-    >>> at_rate(50, Rate(50, 1.0)), at_rate(12, Rate(12, 3600.0)), at_rate(3, None)
-    (True, False, False)
-    """
-    return rate is not None and rate.period <= STARTS_SPAN and n >= rate.count
-
-
-def cut(text: str, width: int) -> str:
-    """`text` cut to `width` characters, the cut marked.
-
-    >>> cut("concurrency 3, rate 50/s", 16), cut("concurrency 3", 16)
-    ('concurrency 3, …', 'concurrency 3')
-    """
-    return text if len(text) <= width else text[: max(0, width - 1)] + "…"
-
-
-def short_error(error: str | None, width: int) -> str:
-    """The first line of an error, cut to `width` characters.
-
-    >>> short_error("Timeout: SMTP server did not answer\\nTraceback ...", 20)
-    'Timeout: SMTP serve…'
-    >>> short_error(None, 10)
-    ''
-    """
-    if not error:
-        return ""
-    line = error.strip().splitlines()[0] if error.strip() else ""
-    return line if len(line) <= width else line[: max(0, width - 1)] + "…"
-
-
-def id_list(ids: Sequence[int], width: int) -> str:
-    """
-    >>> id_list([1, 2, 3], 20), id_list(list(range(100, 120)), 17)
-    ('1, 2, 3', '100, 101, 102 +17')
-    """
-    shown: list[str] = []
-    for i, job_id in enumerate(ids):
-        rest = len(ids) - i - 1
-        candidate = ", ".join([*shown, str(job_id)])
-        if len(candidate) + (len(f" +{rest}") if rest else 0) > width and shown:
-            return ", ".join(shown) + f" +{len(ids) - len(shown)}"
-        shown.append(str(job_id))
-    return ", ".join(shown)
-
-
-def matches(text: str | None, *names: str | None) -> bool:
-    """Whether a filter (a part of a kind or queue name, any case) matches any of `names`.
-
-    >>> matches(None, "email"), matches("MAIL", "email"), matches("sms", "email", "default")
-    (True, True, False)
-    """
-    if not text:
-        return True
-    needle = text.lower()
-    return any(name is not None and needle in name.lower() for name in names)
-
-
 def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
     """The (kind, column) cells of the counts table that differ from the previous refresh.
 
@@ -682,35 +541,3 @@ def changed(previous: Figures | None, current: Figures) -> set[tuple[str, str]]:
         old = before.get(row.kind, KindRow(row.kind))
         cells.update((row.kind, name) for name in KIND_COLUMNS if getattr(row, name) != getattr(old, name))
     return cells
-
-
-def stale_note(supervisors: Sequence[Supervisor], after: float = STALE_AFTER) -> str:
-    """How many supervisors are stale and since when (their last heartbeat), for the header.
-
-    >>> t = datetime(2026, 1, 1)
-    >>> sups = [Supervisor(str(i), "h", i, "0", (), 1, t, beat, "running", 0) for i, beat in enumerate((0.5, 48, 840))]
-    >>> stale_note(sups[:1]), stale_note(sups[:2]), stale_note(sups)
-    ('', '+1 stale since 48.0s', '+2 stale since 48.0s–14m00s')
-    """
-    ages = sorted(s.heartbeat_age for s in supervisors if s.stale(after))
-    if not ages:
-        return ""
-    since = age(ages[0]) if len(ages) == 1 or age(ages[0]) == age(ages[-1]) else f"{age(ages[0])}–{age(ages[-1])}"
-    return f"+{len(ages)} stale since {since}"
-
-
-def middle_cut(text: str, width: int) -> str:
-    """`text` cut to `width` characters in its middle, so both its start and its end stay readable.
-
-    >>> middle_cut("postgresql://postgres:@/postgres?host=/tmp/jobsup-data/pg", 40)
-    'postgresql://postgr…=/tmp/jobsup-data/pg'
-    >>> middle_cut("abcdef", 3), middle_cut("abc", 3)
-    ('a…f', 'abc')
-    """
-    if len(text) <= width:
-        return text
-    if width <= 1:
-        return "…"[:width]
-    head = (width - 1) // 2
-    tail = width - 1 - head
-    return text[:head] + "…" + text[len(text) - tail :]

@@ -7,7 +7,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 
 from jobsup.durations import format_seconds
-from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.panels import Panel, Table, View, fill, left, right, status_style
 from jobsup.ops import latency
@@ -53,22 +53,21 @@ class LatencyPanel(Panel):
         self.border_title = f"{self.TITLE} · last {latency.window_label(self.window)} (w)"
         rows = []
         for k in figures.latency:
-            if not fig.matches(view.match, k.kind):
+            if not fmt.matches(view.match, k.kind):
                 continue
             lat, run = k.get("queue_latency", self.window), k.get("run_time", self.window)
             if not lat.count and not run.count:
                 continue
-            fmt = format_seconds
             rows.append(
                 (
                     k.kind,
                     [
                         left(k.kind),
-                        right(fig.count(run.count)),
-                        right(fmt(lat.p50)),
-                        right(fmt(lat.p95), view.warning if k.rising else ""),
-                        right(fmt(run.p50)),
-                        right(fmt(run.p95)),
+                        right(fmt.count(run.count)),
+                        right(format_seconds(lat.p50)),
+                        right(format_seconds(lat.p95), view.warning if k.rising else ""),
+                        right(format_seconds(run.p50)),
+                        right(format_seconds(run.p95)),
                         left(f"{RISING} rising" if k.rising else "", view.warning),
                     ],
                 )
@@ -95,7 +94,7 @@ class LeasesPanel(Panel):
     def show(self, figures: Figures, view: View) -> None:
         rows = []
         for lease in figures.leases:
-            if not fig.matches(view.match, lease.kind):
+            if not fmt.matches(view.match, lease.kind):
                 continue
             expired = lease.remaining is not None and lease.remaining < 0
             rows.append(
@@ -105,7 +104,7 @@ class LeasesPanel(Panel):
                         right(str(lease.id)),
                         left(lease.kind),
                         right(str(lease.attempts)),
-                        right("expired" if expired else fig.age(lease.remaining), view.error if expired else ""),
+                        right("expired" if expired else fmt.age(lease.remaining), view.error if expired else ""),
                         left(lease.locked_by or "-"),
                     ],
                 )
@@ -126,7 +125,7 @@ class AttemptsPanel(Panel):
         fill(
             self.query_one(Table),
             [
-                (f"{status}\x00{n}", [left(status, status_style(status, view)), right(str(n)), right(fig.count(count))])
+                (f"{status}\x00{n}", [left(status, status_style(status, view)), right(str(n)), right(fmt.count(count))])
                 for status, n, count in figures.attempts
             ],
         )

@@ -13,12 +13,14 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Input, Static
 
 from jobsup.errors import BadInput
 from jobsup.limits import Limits
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures, LimitRow
 from jobsup.monitor.panels import Panel, Table, View, fill, last_column_width, left, right, selected_key
 
@@ -132,6 +134,15 @@ def _after(kind: str, current: Limits, given: Mapping[str, str | None]) -> Limit
     return Limits.of(kind, **{**kept, **given})
 
 
+class OpenThrottled(Message):
+    """Open the job screen of the next throttled job of a kind, or of one of its keys."""
+
+    def __init__(self, kind: str, key: str | None) -> None:
+        super().__init__()
+        self.kind = kind
+        self.key = key
+
+
 class LimitsPanel(Panel):
     TITLE = "limits: each limited kind and its busiest keys"
 
@@ -140,7 +151,7 @@ class LimitsPanel(Panel):
         yield Static(id="limit-detail")
 
     def show(self, figures: Figures, view: View) -> None:
-        shown = [k for k in figures.limits if fig.matches(view.match, k.kind)]
+        shown = [k for k in figures.limits if fmt.matches(view.match, k.kind)]
         rows: list[tuple[str, list[Text]]] = []
         for k in shown:
             rows.append((k.kind, self._kind_cells(k, view)))
@@ -158,7 +169,7 @@ class LimitsPanel(Panel):
             )
             texts = {k.kind: str(k.limits) for k in shown}
             for key, cells in rows:
-                cells.append(left(fig.cut(texts.get(key, ""), room), "dim"))
+                cells.append(left(fmt.cut(texts.get(key, ""), room), "dim"))
         table = self.query_one(Table)
         selected = selected_key(table)
         redrawn = self._limits_column(table, wide)
@@ -192,10 +203,10 @@ class LimitsPanel(Panel):
         late = k.throttled_age is not None and k.throttled_age > view.warn_age
         return [
             left(k.kind, "bold"),
-            right(fig.held(k.held, limits.concurrency), view.warning if k.at_concurrency else ""),
-            right(fig.starts(k.starts, limits.rate), view.warning if fig.at_rate(k.starts, limits.rate) else ""),
+            right(fmt.held(k.held, limits.concurrency), view.warning if k.at_concurrency else ""),
+            right(fmt.starts(k.starts, limits.rate), view.warning if fmt.at_rate(k.starts, limits.rate) else ""),
             right(k.throttled_text),
-            right(fig.age(k.throttled_age), view.warning if late else ""),
+            right(fmt.age(k.throttled_age), view.warning if late else ""),
         ]
 
     @staticmethod
@@ -204,10 +215,10 @@ class LimitsPanel(Panel):
         full = limit is not None and key.held >= limit
         return [
             left(f"  {key.key}"),
-            right(fig.held(key.held, limit), view.warning if full else ""),
-            right(fig.starts(key.starts, rate), view.warning if fig.at_rate(key.starts, rate) else ""),
-            right(fig.count(key.throttled)),
-            right(fig.age(key.throttled_age)),
+            right(fmt.held(key.held, limit), view.warning if full else ""),
+            right(fmt.starts(key.starts, rate), view.warning if fmt.at_rate(key.starts, rate) else ""),
+            right(fmt.count(key.throttled)),
+            right(fmt.age(key.throttled_age)),
         ]
 
     def selected(self) -> LimitRow | None:

@@ -9,15 +9,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
+from typing import Any
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.coordinate import Coordinate
+from textual.widget import Widget
 from textual.widgets import DataTable, Label, Sparkline, Static
 
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures, Scope
 
 TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind is named so
@@ -25,6 +28,8 @@ TOTAL_KEY = "\x00total"  # the row key of the counts table's total row: no kind 
 # panel beside the queues) with room for a kind's name; the header line and the docs say what they stand for.
 COUNT_LABELS = {"scheduled": "sched", "running": "run", "cancelled": "canc", "waiting": "wait"}
 UNSERVED_MARK = "✖"  # beside a kind with ready jobs that no live supervisor can run
+# A panel's border (1 cell each side) and a vertical scrollbar (2) around its table's columns.
+FRAME = 2 + 2
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,7 @@ class Table(DataTable):
     # Rows only: Home and End go to the first and last row, not to the first and last column.
     BINDINGS = [Binding("home", "scroll_top", show=False), Binding("end", "scroll_bottom", show=False)]
 
-    def __init__(self, columns: Sequence[tuple[str, str, bool]], **kwargs) -> None:
+    def __init__(self, columns: Sequence[tuple[str, str, bool]], **kwargs: Any) -> None:
         super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)
         self._columns = columns
 
@@ -211,7 +216,7 @@ class KindsPanel(Panel):
 
     def show(self, figures: Figures, view: View) -> None:
         rows = []
-        kinds = [k for k in figures.kinds if fig.matches(view.match, k.kind, *k.queues)]
+        kinds = [k for k in figures.kinds if fmt.matches(view.match, k.kind, *k.queues)]
         unserved = {u.kind for u in figures.unserved(view.stale_after)}
         table = self.query_one(Table)
         if view.waiting and "waiting" not in table.columns:  # first, as `jobsup stats` shows it
@@ -227,6 +232,12 @@ class KindsPanel(Panel):
         total = fig.KindRow("total", **fig.column_sums(kinds), queues=())  # queues named: the sums fill only counts
         rows.append((TOTAL_KEY, self._cells(total, view, bold=True)))
         fill(table, rows)
+        # Side by side with the queues (a wide terminal), the panel takes the room its columns need, up to
+        # two thirds of the row, and the queues what is left: a column that appears (wait) does not push the
+        # last one (canc) out of view. Stacked (a narrow terminal), it has the whole width anyway.
+        needed = sum(c.get_render_width(table) for c in table.ordered_columns) + FRAME
+        row = self.parent.size.width if isinstance(self.parent, Widget) else 0
+        self.styles.min_width = min(needed, row * 2 // 3) if self.screen.has_class("-wide") and row else None
 
     @staticmethod
     def _cells(k: fig.KindRow, view: View, bold: bool = False) -> list[Text]:
@@ -235,7 +246,7 @@ class KindsPanel(Panel):
             style = view.accent if (k.kind, name) in view.changed else ("bold" if bold else "")
             if name == "dead" and k.dead and not style:
                 style = view.error.replace("reverse", "").strip() or "bold"
-            cells.append(right(fig.count(getattr(k, name)), style))
+            cells.append(right(fmt.count(getattr(k, name)), style))
         return cells
 
     def scope(self) -> Scope:
@@ -264,7 +275,7 @@ class QueuesPanel(Panel):
     def show(self, figures: Figures, view: View) -> None:
         rows = []
         for q in figures.queues:
-            if not fig.matches(view.match, q.queue, *q.kinds):
+            if not fmt.matches(view.match, q.queue, *q.kinds):
                 continue
             late = q.oldest is not None and q.oldest > view.warn_age
             name = Text.assemble(q.queue, (" paused", view.warning)) if q.paused else left(q.queue)
@@ -273,10 +284,10 @@ class QueuesPanel(Panel):
                     q.queue,
                     [
                         name,
-                        right(fig.count(q.ready)),
-                        right(fig.count(q.scheduled)),
-                        right(fig.count(q.running)),
-                        right(fig.age(q.oldest), view.warning if late else ""),
+                        right(fmt.count(q.ready)),
+                        right(fmt.count(q.scheduled)),
+                        right(fmt.count(q.running)),
+                        right(fmt.age(q.oldest), view.warning if late else ""),
                     ],
                 )
             )
@@ -298,7 +309,7 @@ class ThroughputPanel(Panel):
     def show_rates(self, throughput: fig.Throughput) -> None:
         for name in ("done", "failed"):
             rates = throughput.rates(name)
-            label = Text.assemble((f"{name:<6}", "bold"), right(f"{fig.rate(rates[-1] if rates else None):>9}"))
+            label = Text.assemble((f"{name:<6}", "bold"), right(f"{fmt.rate(rates[-1] if rates else None):>9}"))
             self.query_one(f"#{name}-rate", Label).update(label)
             # One value would fill the whole box (the sparkline scales to it); fewer than two draw a baseline.
             self.query_one(f"#{name}-spark", Sparkline).data = rates if len(rates) > 1 else []
@@ -329,7 +340,7 @@ class DeadPanel(Panel):
     def show(self, figures: Figures, view: View) -> None:
         matching = figures.dead_matching  # None with no filter
         if figures.dead_jobs:
-            of = fig.count(figures.total.dead) if matching is None else f"{fig.count(matching)} matching"
+            of = fmt.count(figures.total.dead) if matching is None else f"{fmt.count(matching)} matching"
             self.border_subtitle = f"{len(figures.dead_jobs)} of {of}"
         elif figures.match and figures.total.dead:
             # An empty table under a filter is not "no dead jobs": say that the filter hides them.
@@ -341,7 +352,7 @@ class DeadPanel(Panel):
                 str(j.id),
                 j.kind,
                 f"{j.attempts}/{j.max_attempts}",
-                fig.age(fig.since(j.done_at, figures.now)) + " ago" if j.done_at else "-",
+                fmt.age(fmt.since(j.done_at, figures.now)) + " ago" if j.done_at else "-",
             ]
             for j in figures.dead_jobs
         ]
@@ -351,7 +362,7 @@ class DeadPanel(Panel):
             [
                 (
                     str(j.id),
-                    [right(c[0]), left(c[1]), right(c[2]), right(c[3]), left(fig.short_error(j.last_error, width))],
+                    [right(c[0]), left(c[1]), right(c[2]), right(c[3]), left(fmt.short_error(j.last_error, width))],
                 )
                 for j, c in zip(figures.dead_jobs, cells, strict=True)
             ],
@@ -378,12 +389,12 @@ class GroupsPanel(Panel):
 
     def show(self, figures: Figures, view: View) -> None:
         latest = [
-            fig.age(fig.since(g.last_at, figures.now)) + " ago" if g.last_at else "-" for g in figures.dead_groups
+            fmt.age(fmt.since(g.last_at, figures.now)) + " ago" if g.last_at else "-" for g in figures.dead_groups
         ]
         width = last_column_width(
             self.size.width,
             [
-                ["count", *(fig.count(g.count) for g in figures.dead_groups)],
+                ["count", *(fmt.count(g.count) for g in figures.dead_groups)],
                 ["kind", *(g.kind for g in figures.dead_groups)],
                 ["latest", *latest],
             ],
@@ -395,10 +406,10 @@ class GroupsPanel(Panel):
                 (
                     group_key(g),
                     [
-                        right(fig.count(g.count), "bold"),
+                        right(fmt.count(g.count), "bold"),
                         left(g.kind),
                         right(when),
-                        left(fig.short_error(g.error, width) or "(no error)"),
+                        left(fmt.short_error(g.error, width) or "(no error)"),
                     ],
                 )
                 for g, when in zip(figures.dead_groups, latest, strict=True)
@@ -451,26 +462,32 @@ class WorkersPanel(Panel):
                 mark,
                 (f"{sup.host}:{sup.pid}", "bold"),
                 (f"  {sup.state}", view.warning) if sup.state != "running" else "",
-                (f"  heartbeat {fig.age(sup.heartbeat_age)} ago", view.error if stale else "dim"),
-                f"  up {fig.age(fig.since(sup.started_at, figures.now))}  {sup.procs} procs"
-                f"  {fig.count(sup.jobs_done)} done  queues {','.join(sup.queues)}",
+                (f"  heartbeat {fmt.age(sup.heartbeat_age)} ago", view.error if stale else "dim"),
+                f"  up {fmt.age(fmt.since(sup.started_at, figures.now))}  {sup.procs} procs"
+                f"  {fmt.count(sup.jobs_done)} done  queues {','.join(sup.queues)}",
             )
             if self.size.width:  # 0 while its tab is hidden: cut when shown (on_resize redraws)
                 line.truncate(max(10, self.size.width - 2), overflow="ellipsis")
             lines.append(line)
             tag = f"{sup.pid}"
             for w in sup.workers:
-                busy_for = fig.since(w.job_started_at, figures.now) if w.state == "busy" else None
+                busy_for = fmt.since(w.job_started_at, figures.now) if w.state == "busy" else None
+                state, job, kind = w.state, str(w.job_id) if w.job_id is not None else "-", w.kind or "-"
+                if w.shared is not None:  # jobs that share the process: k of its capacity, the loop's lag
+                    state = "blocked" if w.blocked_by is not None else state
+                    job = f"{w.shared}/{w.capacity}"
+                    kind = f"blocked by {w.blocked_by}" if w.blocked_by is not None else f"shared, lag {fmt.lag(w.lag)}"
+                state_style = view.accent if state == "busy" else ("dim" if state == "idle" else "")
                 cells = [
                     left(tag, "dim" if stale else ""),
                     right(str(w.pid)),
-                    left(w.state, view.accent if w.state == "busy" else ("dim" if w.state == "idle" else "")),
-                    right(str(w.job_id) if w.job_id is not None else "-"),
-                    left(w.kind or "-"),
-                    right(fig.age(busy_for)),
-                    right(fig.size(w.rss)),
+                    left(state, view.error if state == "blocked" else state_style),
+                    right(job),
+                    left(kind, view.error if w.blocked_by is not None else ""),
+                    right(fmt.age(busy_for)),
+                    right(fmt.size(w.rss)),
                     right("-" if w.cpu is None else f"{w.cpu:.0f}"),
-                    right(fig.count(w.jobs_done)),
+                    right(fmt.count(w.jobs_done)),
                     right(str(w.restarts), view.warning if w.restarts else ""),
                 ]
                 key = f"{sup.id}\x00{w.pid}" + (f"\x00{w.job_id}" if w.job_id is not None else "")
@@ -484,7 +501,7 @@ class WorkersPanel(Panel):
         )
         fill(
             self.query_one(Table),
-            [(key, [*cells, left(fig.short_error(exit_, width) or "-")]) for key, cells, exit_ in rows],
+            [(key, [*cells, left(fmt.short_error(exit_, width) or "-")]) for key, cells, exit_ in rows],
         )
 
 
@@ -524,10 +541,10 @@ class ReaperPanel(Panel):
         self.query_one("#reaped-spark", Sparkline).data = [float(n) for n in series] if len(series) > 1 else []
         cells = [
             [
-                fig.age(fig.since(p.at, figures.now)) + " ago",
+                fmt.age(fmt.since(p.at, figures.now)) + " ago",
                 p.supervisor or "-",
-                fig.count(p.count),
-                fig.count(p.dead),
+                fmt.count(p.count),
+                fmt.count(p.dead),
                 ", ".join(p.sources) or "-",
             ]
             for p in figures.reaper_passes
@@ -545,7 +562,7 @@ class ReaperPanel(Panel):
                         right(c[2]),
                         right(c[3], view.error if p.dead else ""),
                         left(c[4]),
-                        left(fig.id_list(p.job_ids, width)),
+                        left(fmt.id_list(p.job_ids, width)),
                     ],
                 )
                 for p, c in zip(figures.reaper_passes, cells, strict=True)

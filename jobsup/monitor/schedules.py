@@ -21,10 +21,11 @@ from textual.widgets import DataTable, Footer, Static
 
 from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.panels import fill, selected_key
 from jobsup.monitor.screens import Confirm
 from jobsup.monitor.source import Source
-from jobsup.ops.cron import ScheduleState
+from jobsup.ops.schedules import ScheduleState
 
 # Keys of the schedules table, as data (the footer and a help screen can read them).
 KEYS: list[Binding] = [
@@ -79,7 +80,7 @@ def _when(moment: datetime | None, now: datetime, tz: tzinfo | None, clock: bool
     if moment is None:
         return "-"
     seconds = (moment - now).total_seconds()
-    relative = f"in {fig.age(seconds)}" if seconds >= 0 else f"{fig.age(-seconds)} ago"
+    relative = f"in {fmt.age(seconds)}" if seconds >= 0 else f"{fmt.age(-seconds)} ago"
     if not clock:
         return relative
     local = moment.astimezone(tz)

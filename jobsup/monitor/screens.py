@@ -18,6 +18,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Static
 
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.panels import View, status_style
 from jobsup.otel import trace_fields
 from jobsup.workflow import Child, Parent
@@ -67,7 +68,7 @@ class Confirm(ModalScreen[bool]):
 def _when(moment: datetime | None, now: datetime, tz: tzinfo | None) -> str:
     if moment is None:
         return "-"
-    ago = fig.age(abs((now - moment).total_seconds()))
+    ago = fmt.age(abs((now - moment).total_seconds()))
     relation = "ago" if moment <= now else "from now"
     return f"{moment.astimezone(tz):%Y-%m-%d %H:%M:%S} ({ago} {relation})"
 

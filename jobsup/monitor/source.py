@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, NoReturn, TypeVar
 
 import psycopg
@@ -20,8 +20,8 @@ from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput, DatabaseUnavailable, JobsupError, first_line
 from jobsup.monitor import figures as fig
-from jobsup.ops import cron
 from jobsup.ops import limits as kind_limits
+from jobsup.ops import schedules as schedule_ops
 from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused, operator
 from jobsup.ops.doctor import Thresholds
 from jobsup.ops.explain import aexplain_text
@@ -73,7 +73,7 @@ def _statements(match: str | None, minutes: int, workflows: bool = False) -> lis
         ("supervisors", {}),
         ("console_reaper_passes", {"limit": PASS_LIMIT}),
         ("console_reaped_per_minute", {"minutes": minutes}),
-        ("health", {}),  # reads the server's state through functions, no table (jobsup/health.py)
+        ("health", {}),  # reads the server's state through functions, no table (jobsup/ops/health.py)
         ("queue_pauses", {}),  # the paused queues (control): a handful of rows at most
         # The latency tab: 14 rows per kind and metric of jobsup.latency, the running jobs' index, and the
         # partial indexes of live and dead jobs.
@@ -167,11 +167,11 @@ class Source:
                 pass
         self._failed(f"lost the connection to {self.label}: {dsns.redact(first_line(exc))}")
 
-    async def _run(self, work):  # -> whatever work returns
+    async def _run(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
         async with self._lock:
             return await self._run_alone(work)
 
-    async def _run_alone(self, work):
+    async def _run_alone(self, work: Callable[[psycopg.AsyncConnection], Awaitable[T]]) -> T:
         conn = await self._connection()
         try:
             return await work(conn)
@@ -367,9 +367,9 @@ class Source:
 
         return await asyncio.to_thread(run)
 
-    async def schedules(self) -> list[cron.ScheduleState]:
+    async def schedules(self) -> list[schedule_ops.ScheduleState]:
         """Every schedule, for the schedules table."""
-        return await self._run(cron.alist_schedules)
+        return await self._run(schedule_ops.alist_schedules)
 
     async def schedule_action(self, action: str, name: str) -> str:
         """`run` (one job now), `pause` or `resume` a schedule; what was done, in words."""
@@ -378,9 +378,9 @@ class Source:
 
         async def work(conn: psycopg.AsyncConnection) -> str:
             if action == "run":
-                return f"enqueued job {await cron.arun_now(conn, name)} of schedule {name}"
+                return f"enqueued job {await schedule_ops.arun_now(conn, name)} of schedule {name}"
             done = "paused" if action == "pause" else "resumed"
-            changed = await cron.aset_paused(conn, name, action == "pause")
+            changed = await schedule_ops.aset_paused(conn, name, action == "pause")
             return f"{done} schedule {name}" if changed else f"schedule {name} was already {done}"
 
         return await self._run(work)

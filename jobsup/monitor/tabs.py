@@ -2,7 +2,8 @@
 
 The tabs are data: the app builds the tab bar, the keys 1…n, the help screen and the command palette
 from TABS, and Tab / Shift+Tab walk the panels of every tab in this order. Adding a tab is a Pane
-subclass with its TAB, and one more entry in TABS.
+subclass with its TAB, and one more entry in TABS. A tab owns the writes its tables offer (writes.py):
+their keys are its bindings, in the footer only while a table whose rows they take has the focus.
 
 On a terminal of at least PINNED_SIZE the first tab (Jobs) stays in view above the tab bar and the
 other tabs share the rest; below it each tab has the whole screen (see top.tcss).
@@ -16,14 +17,17 @@ from typing import ClassVar
 
 from rich.style import Style
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
+from textual.binding import BindingType
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable
 
-from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
+from jobsup.monitor import writes
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.latency_panels import AttemptsPanel, LatencyPanel, LeasesPanel
-from jobsup.monitor.limits_panels import LimitsPanel
+from jobsup.monitor.limits_panels import LimitsPanel, OpenThrottled
 from jobsup.monitor.panels import (
     DeadPanel,
     GroupsPanel,
@@ -33,8 +37,10 @@ from jobsup.monitor.panels import (
     ThroughputPanel,
     View,
     WorkersPanel,
+    selected_key,
+    worker_job,
 )
-from jobsup.monitor.workflow_panels import WorkflowsPanel
+from jobsup.monitor.workflow_panels import OpenJob, OpenWorkflow, WorkflowsPanel
 
 # Columns and lines from which the first tab stays in view above the others (and panels sit side by side
 # from the same width). 160×48 is such a size; 80×24, a fresh terminal's, is not.
@@ -54,6 +60,10 @@ class Pane(Vertical):
     """The content of one tab."""
 
     TAB: ClassVar[Tab]
+    # The writes the tab offers (bound in BINDINGS): each action and the tables whose selection it takes.
+    # Elsewhere (another table, a --read-only console) it is hidden and its key falls through to the
+    # app's, which says why nothing happens.
+    TAKES: ClassVar[dict[str, frozenset[str]]] = {}
 
     def __init__(self) -> None:
         super().__init__(id=f"pane-{self.TAB.id}", classes="pane")
@@ -69,9 +79,28 @@ class Pane(Vertical):
     def first_table(self) -> DataTable | None:
         return next(iter(self.query(DataTable)), None)
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        tables = self.TAKES.get(action)
+        if tables is None:
+            return True
+        focused = writes.focused_table(self.app)
+        if writes.console(self).read_only or focused is None or focused.id not in tables:
+            return False
+        # r takes the selected job, L the selected kind: an empty table (a filter that matches none) has none.
+        return action not in ("requeue", "limit") or selected_key(focused) is not None
+
+    def action_requeue_scope(self) -> None:
+        writes.requeue_selected_scope(self.app)
+
 
 class JobsPane(Pane):
     TAB = Tab("jobs", "Jobs", "1", "counts by kind, queues, throughput")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.REQUEUE_SCOPE, writes.PAUSE, writes.RESUME]
+    # R on a kind's row requeues its dead jobs, on the total row all of them.
+    TAKES = {"requeue_scope": frozenset({"kinds"}), "queue": frozenset({"queues"})}
+
+    def action_queue(self, action: str) -> None:
+        writes.queue_selected(self.app, action)
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -83,6 +112,16 @@ class JobsPane(Pane):
 
 class DeadPane(Pane):
     TAB = Tab("dead", "Dead", "2", "dead jobs, newest first; grouped by error")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.REQUEUE, writes.REQUEUE_SCOPE]
+    TAKES = {"requeue": frozenset({"dead"}), "requeue_scope": frozenset({"dead", "groups"})}
+
+    def action_requeue(self) -> None:
+        writes.requeue_selected(self.app)
+
+    @on(DataTable.RowSelected, "#dead")
+    def _open_job(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:  # a dead job's row is keyed by its id
+            self.post_message(OpenJob(int(event.row_key.value)))
 
     def compose(self) -> ComposeResult:
         with Horizontal(classes="split"):
@@ -94,12 +133,23 @@ class DeadPane(Pane):
         if not total:
             return ""
         if figures.dead_matching is not None:  # filtered: what the tab shows, of how many
-            return f"{fig.count(figures.dead_matching)} of {fig.count(total)}"
-        return fig.count(total)
+            return f"{fmt.count(figures.dead_matching)} of {fmt.count(total)}"
+        return fmt.count(total)
 
 
 class WorkersPane(Pane):
     TAB = Tab("workers", "Workers", "3", "supervisors and their workers")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.CANCEL]
+    TAKES = {"cancel_job": frozenset({"workers"})}
+
+    def action_cancel_job(self) -> None:
+        writes.cancel_selected(self.app)
+
+    @on(DataTable.RowSelected, "#workers")
+    def _open_job(self, event: DataTable.RowSelected) -> None:
+        job_id = worker_job(event.row_key.value)  # a busy worker's row names its job
+        if job_id is not None:
+            self.post_message(OpenJob(job_id))
 
     def compose(self) -> ComposeResult:
         yield WorkersPanel(id="workers-panel")
@@ -117,7 +167,7 @@ class ReaperPane(Pane):
 
     def badge(self, figures: Figures, view: View) -> str:
         rescued = sum(figures.reaped_per_minute)
-        return fig.count(rescued) if rescued else ""
+        return fmt.count(rescued) if rescued else ""
 
 
 class LatencyPane(Pane):
@@ -136,6 +186,17 @@ class LatencyPane(Pane):
 
 class LimitsPane(Pane):
     TAB = Tab("limits", "Limits", "6", "each limited kind and its busiest keys: held, starts, throttled")
+    BINDINGS: ClassVar[list[BindingType]] = [writes.LIMIT]
+    TAKES = {"limit": frozenset({"limits"})}
+
+    def action_limit(self) -> None:
+        writes.limit_selected(self.app)
+
+    @on(DataTable.RowSelected, "#limits")
+    def _open_throttled(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:  # a kind's row, or one of its keys' ("kind\x00key")
+            kind, _, key = event.row_key.value.partition("\x00")
+            self.post_message(OpenThrottled(kind, key or None))
 
     def compose(self) -> ComposeResult:
         yield LimitsPanel(id="limits-panel")
@@ -143,7 +204,7 @@ class LimitsPane(Pane):
     def badge(self, figures: Figures, view: View) -> str:
         throttled = sum(k.throttled for k in figures.limits)
         capped = any(k.throttled_capped for k in figures.limits)
-        return fig.count(throttled) + ("+" if capped else "") if throttled else ""
+        return fmt.count(throttled) + ("+" if capped else "") if throttled else ""
 
     def offered(self, figures: Figures | None) -> bool:
         # Most queues limit nothing: the tab joins the bar (and Tab's round) once a kind has a limit.
@@ -153,11 +214,16 @@ class LimitsPane(Pane):
 class WorkflowsPane(Pane):
     TAB = Tab("workflows", "Workflows", "7", "the newest workflows and their progress; Enter: one as a tree")
 
+    @on(DataTable.RowSelected, "#workflows")
+    def _open_workflow(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.post_message(OpenWorkflow(int(event.row_key.value)))
+
     def compose(self) -> ComposeResult:
         yield WorkflowsPanel(id="workflows-panel")
 
     def badge(self, figures: Figures, view: View) -> str:
-        return fig.count(figures.workflows_unfinished) if figures.workflows_unfinished else ""
+        return fmt.count(figures.workflows_unfinished) if figures.workflows_unfinished else ""
 
     def offered(self, figures: Figures | None) -> bool:
         # As the Limits tab: in the bar (and Tab's round) once there is a workflow.
@@ -207,15 +273,17 @@ def tab_bar(
 ) -> Text:
     """One line: each tab's key, title and badge; `shown` in the `active` style. A click shows a tab.
     Wider than `width` (80 columns with seven tabs and their badges), the tabs lose the space between
-    them, then the others than `shown` their titles: every key and badge stays in view.
+    them, then the others than `shown` their titles: every key and badge stays in view, a badge without
+    its title in parentheses, so that it never reads as the next tab's key.
 
     >>> tabs = [(Tab("jobs", "Jobs", "1", ""), ""), (Tab("dead", "Dead", "2", ""), "445")]
-    >>> print(tab_bar(tabs, "dead", "reverse").plain)
-     1 Jobs  [2 Dead 445]
-    >>> print(tab_bar(tabs, "dead", "reverse", width=20).plain)
-     1 Jobs [2 Dead 445]
-    >>> print(tab_bar(tabs, "dead", "reverse", width=15).plain)
-     1 [2 Dead 445]
+    >>> tabs.append((Tab("workers", "Workers", "3", ""), "4/4"))
+    >>> tab_bar(tabs, "dead", "reverse").plain
+    ' 1 Jobs  [2 Dead 445]  3 Workers 4/4 '
+    >>> tab_bar(tabs, "dead", "reverse", width=35).plain
+    ' 1 Jobs [2 Dead 445] 3 Workers 4/4 '
+    >>> tab_bar(tabs, "jobs", "reverse", width=30).plain
+    '[1 Jobs] 2(445)  3(4/4) '
     """
     bar = _tab_bar(tabs, shown, active, inactive, gap=" ", titled=True)
     if width is not None and bar.cell_len > width:
@@ -236,7 +304,7 @@ def _tab_bar(tabs: Sequence[tuple[Tab, str]], shown: str, active: str, inactive:
         # Brackets too, not only the colour: the shown tab stays plain on a monochrome terminal.
         edges = "[]" if tab.id == shown else "  "
         title = f" {tab.title}" if titled or tab.id == shown else ""
-        out.append(
-            Text.assemble(f"{edges[0]}{tab.key}", (title, "bold"), f" {badge}" if badge else "", edges[1], style=style)
-        )
+        if badge:
+            badge = f" {badge}" if title else f"({badge})"
+        out.append(Text.assemble(f"{edges[0]}{tab.key}", (title, "bold"), badge, edges[1], style=style))
     return out

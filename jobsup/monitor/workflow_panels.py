@@ -3,7 +3,7 @@
 The tab lists the newest workflows with their progress (jobsup.ops.workflows.recent, read only while the
 tab is in view). Enter on one opens its tree, a screen of its own that reads the workflow again every
 refresh (jobsup.ops.workflows.show): each job under its first parent, a wide fan-out of one kind folded
-into one line (workflow_tree.py). Enter on a job opens the job screen, which lists its parents and
+into one line (jobsup.ops.workflow_tree). Enter on a job opens the job screen, which lists its parents and
 children; Enter on a folded line unfolds it, and folds it again.
 """
 
@@ -23,10 +23,11 @@ from textual.widgets import DataTable, Footer, Static
 
 from jobsup.errors import DatabaseUnavailable
 from jobsup.monitor import figures as fig
+from jobsup.monitor import formats as fmt
 from jobsup.monitor.figures import Figures
 from jobsup.monitor.panels import Panel, Table, View, fill, last_column_width, left, right, status_style
 from jobsup.monitor.source import Source
-from jobsup.monitor.workflow_tree import ENDED, STATUSES, Line, percent, progress, tree
+from jobsup.ops.workflow_tree import ENDED, STATUSES, Line, tree
 from jobsup.ops.workflows import Progress, WorkflowView
 
 Column = tuple[str, str, bool]  # key, label, whether it holds numbers (right-aligned)
@@ -52,6 +53,9 @@ TREE_COLUMNS: tuple[Column, ...] = (
 # Below this many columns the tree leaves out when its jobs started (how long they took stays): the
 # note, what a fold counts or why a job ended, needs the room more.
 NARROW = 100
+# More siblings of one kind than this are folded into one line: fewer than `jobsup workflow` (20), since a
+# fold here opens with Enter and a terminal of 24 lines shows a dozen of the tree's.
+FANOUT = 5
 BAR_WIDTHS = (6, 30)  # cells of a progress bar in the list: at least, at most (what is left between)
 BAR_TAIL = len(" 100% finished")  # what follows the bar in its cell
 
@@ -86,7 +90,7 @@ def bar(done: int, failed: int, total: int, width: int, view: View) -> Text:
     >>> print(bar(0, 0, 0, 4, View()).plain)
     ···· 0%
     """
-    eighths = round(progress(done, 0, total) * width * 8) if total else 0
+    eighths = round(fmt.progress(done, 0, total) * width * 8) if total else 0
     # One cell at least for a single failure among thousands: a failure is what the eye looks for.
     failed_cells = min(width, max(1, round(failed / total * width))) if failed and total else 0
     full, part = divmod(eighths, 8)
@@ -95,7 +99,7 @@ def bar(done: int, failed: int, total: int, width: int, view: View) -> Text:
     out = Text(done_text, style=view.success)
     out.append("█" * failed_cells, style=view.error.replace("reverse", "").strip() or "bold")
     out.append("·" * max(0, width - len(done_text) - failed_cells), style="dim")
-    out.append(f" {percent(progress(done, failed, total))}")
+    out.append(f" {fmt.percent(fmt.progress(done, failed, total))}")
     return out
 
 
@@ -140,12 +144,12 @@ class WorkflowsPanel(Panel):
         return [
             right(str(w.id)),
             left(w.name or "-", "" if w.name else "dim"),
-            right(fig.age(fig.since(w.created_at, now)) + " ago"),
+            right(fmt.age(fmt.since(w.created_at, now)) + " ago"),
             right(f"{w.done:,}/{w.total:,}", view.success if finished(w) and not w.failed else ""),
-            right(fig.count(w.failed), status_style("dead", view) if w.failed else ""),
-            right(fig.count(w.running), status_style("running", view) if w.running else ""),
-            right(fig.count(w.queued)),
-            right(fig.count(w.waiting), status_style("waiting", view)),
+            right(fmt.count(w.failed), status_style("dead", view) if w.failed else ""),
+            right(fmt.count(w.running), status_style("running", view) if w.running else ""),
+            right(fmt.count(w.queued)),
+            right(fmt.count(w.waiting), status_style("waiting", view)),
         ]
 
     @staticmethod
@@ -162,6 +166,14 @@ class OpenJob(Message):
     def __init__(self, job_id: int) -> None:
         super().__init__()
         self.job_id = job_id
+
+
+class OpenWorkflow(Message):
+    """Open a workflow's tree, on a screen of its own."""
+
+    def __init__(self, workflow_id: int) -> None:
+        super().__init__()
+        self.workflow_id = workflow_id
 
 
 class WorkflowReady(Message):
@@ -254,7 +266,7 @@ class WorkflowScreen(Screen[None]):
         view, now = self.view(), self._now()
         self.query_one("#workflow-panel").border_title = f"workflow {w.id}" + (f" · {w.name}" if w.name else "")
         self.query_one("#workflow-head", Static).update(self._head(w, now, view))
-        self.lines = tree(w, self.expanded)
+        self.lines = tree(w, self.expanded, fanout=FANOUT)
         width = self.query_one("#workflow-panel").size.width
         table = self.query_one("#workflow-tree", DataTable)
         shown = columns(table, [c for c in TREE_COLUMNS if c[0] != "started" or width >= NARROW])
@@ -270,7 +282,7 @@ class WorkflowScreen(Screen[None]):
         created = w.created_at.astimezone(self.tz)
         first = Text.assemble(
             ("created ", "dim"),
-            f"{created:%Y-%m-%d %H:%M:%S} ({fig.age(fig.since(w.created_at, now))} ago)",
+            f"{created:%Y-%m-%d %H:%M:%S} ({fmt.age(fmt.since(w.created_at, now))} ago)",
         )
         if w.finished_at is not None:
             first.append("  finished ", style="dim")
@@ -306,8 +318,8 @@ def tree_cells(line: Line, now: datetime, view: View) -> list[Text]:
     ended = all(m.status in ENDED for m in line.members)
     done_times = [m.done_at for m in line.members if m.done_at is not None]
     until = max(done_times) if ended and done_times else now
-    took = fig.age((until - first_start).total_seconds()) if first_start else "-"
-    began = fig.age(fig.since(first_start, now)) + " ago" if first_start else "-"
+    took = fmt.age((until - first_start).total_seconds()) if first_start else "-"
+    began = fmt.age(fmt.since(first_start, now)) + " ago" if first_start else "-"
     job = line.job
     if job is None:
         mark = "▾" if line.expanded else "▸"
@@ -349,6 +361,6 @@ def note(line: Line, width: int, view: View) -> Text:
     out.append(" · ".join(parts), style="dim")
     if job.status in ("dead", "cancelled") and job.last_error:
         out.append(" · " if parts else "")
-        out.append(fig.short_error(job.last_error, max(1, width - out.cell_len)))
+        out.append(fmt.short_error(job.last_error, max(1, width - out.cell_len)))
     out.truncate(max(1, width), overflow="ellipsis")
     return out

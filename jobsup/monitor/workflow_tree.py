@@ -1,195 +1,46 @@
-"""A workflow as the console draws it: a tree of its jobs, each under its first parent, with a wide fan-out
-of siblings of one kind folded into one line. Pure: no textual, no database (the panels draw the lines).
-
-A job with several parents appears once, under the first of them (the lowest id) that belongs to the
-workflow; its line says how many more it waits for. A job with no parent in the workflow is a root. When
-more than FANOUT siblings share a kind, they are one line ("50 × parse") whose children are all of
-theirs: a fan-in after a fan-out (50 parse jobs, then one report) reads as scan → 50 × parse → report,
-not as a report hidden under the first of fifty parse jobs. Such a line can be expanded, by its key.
-"""
+"""Moved: the workflow tree is jobsup.ops.workflow_tree (shared with `jobsup workflow`), the share and
+percentage of a workflow's progress are jobsup.monitor.formats. This module answers the old names, with a
+DeprecationWarning, for one release."""
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Collection, Sequence
-from dataclasses import dataclass, field
+import warnings
+from collections.abc import Collection
+from typing import Any
 
-from jobsup.ops.workflows import Member, WorkflowView
+from jobsup.ops import workflow_tree as _tree
+from jobsup.ops.workflows import WorkflowView
 
-# More siblings of one kind than this are folded into one line: fewer than `jobsup workflow` (20), since a
-# fold here opens with Enter and a terminal of 24 lines shows a dozen of the tree's.
-FANOUT = 5
-MAX_INDENT = 8  # levels of indentation drawn; a deeper line keeps the last ones, marked with "…"
-# The statuses in the order a job goes through them, as `jobsup workflow` counts them.
-STATUSES = ("waiting", "queued", "running", "done", "dead", "cancelled")
-ENDED = frozenset({"done", "dead", "cancelled"})
-
-
-@dataclass(frozen=True)
-class Line:
-    """One line of the tree: a job (`members` holds it alone) or a fold of same-kind siblings."""
-
-    key: str  # the row's key: a job's id, or "fold:" and the fold's path (stable across refreshes)
-    prefix: str  # the branches drawn before it: "│  ├─ "
-    members: tuple[Member, ...]
-    folded: bool = False  # a line standing for several siblings (expanded or not)
-    expanded: bool = False
-    more_parents: int = 0  # a job's parents in the workflow besides the one it is drawn under
-    outside_parents: int = 0  # a job's parents outside the workflow (an `after=` id)
-
-    @property
-    def job(self) -> Member | None:
-        return None if self.folded else self.members[0]
-
-    @property
-    def kind(self) -> str:
-        return self.members[0].kind
-
-    def counts(self) -> Counter[str]:
-        return Counter(m.status for m in self.members)
+# The fold width this module had: the console's (a module global would answer without the warning).
+_FANOUT = 5
+_MOVED = {
+    "Line": _tree,
+    "MAX_INDENT": _tree,
+    "STATUSES": _tree,
+    "ENDED": _tree,
+}
+_FORMATS = ("progress", "percent")
 
 
-@dataclass
-class _Fold:
-    key: str
-    members: list[Member] = field(default_factory=list)
+def _tree_with_the_old_default(
+    view: WorkflowView, expanded: Collection[str] = (), fanout: int = _FANOUT
+) -> list[_tree.Line]:
+    return _tree.tree(view, expanded, fanout=fanout)
 
 
-def tree(view: WorkflowView, expanded: Collection[str] = (), fanout: int = FANOUT) -> list[Line]:
-    """The lines of a workflow's tree, top to bottom; `expanded` holds the keys of the folds to open.
+def __getattr__(name: str) -> Any:
+    value: Any
+    if name == "tree":
+        new, value = "jobsup.ops.workflow_tree.tree", _tree_with_the_old_default
+    elif name == "FANOUT":
+        new, value = "the fold width, now an argument of jobsup.ops.workflow_tree.tree", _FANOUT
+    elif name in _MOVED:
+        new, value = f"jobsup.ops.workflow_tree.{name}", getattr(_tree, name)
+    elif name in _FORMATS:
+        from jobsup.monitor import formats
 
-    >>> from datetime import datetime, timezone
-    >>> t = datetime(2026, 1, 1, tzinfo=timezone.utc)
-    >>> def m(i, kind, status, parents=()):
-    ...     return Member(i, kind, status, 1, 3, t, None, None, None, 0, list(parents))
-    >>> members = [m(1, "scan", "done"), *(m(i, "parse", "done" if i < 5 else "waiting", [1]) for i in range(2, 9))]
-    >>> members.append(m(9, "report", "waiting", range(2, 9)))
-    >>> view = WorkflowView(7, "ingest", t, None, None, members)
-    >>> for line in tree(view):
-    ...     more = f" (after {line.more_parents} more)" if line.more_parents else ""
-    ...     print(line.prefix + (f"{len(line.members)} × {line.kind}" if line.folded else line.key) + more)
-    1
-    └─ 7 × parse
-       └─ 9 (after 6 more)
-    >>> [line.prefix + line.key for line in tree(view, expanded={"fold:1/parse"})][:4]
-    ['1', '└─ fold:1/parse', '   ├─ 2', '   │  └─ 9']
-    """
-    inside = {m.id for m in view.members}
-    under: dict[int | None, list[Member]] = {}
-    for m in view.members:
-        first = next((p for p in m.parents if p in inside), None)
-        under.setdefault(first, []).append(m)
-    lines: list[Line] = []
-    placed: set[int] = set()
-    _walk(under.get(None, []), "root", under, inside, expanded, fanout, lines, placed)
-    # A job is placed from the roots down, unless its parents form a cycle the schema refuses anyway:
-    # shown as roots rather than lost.
-    rest = [m for m in view.members if m.id not in placed]
-    if rest:
-        _walk(rest, "rest", under, inside, expanded, fanout, lines, placed)
-    return lines
-
-
-def _entries(siblings: Sequence[Member], key: str, fanout: int) -> list[Member | _Fold]:
-    """Siblings in id order, those of a kind with more than `fanout` of them as one fold at the place of
-    the first of them."""
-    by_kind = Counter(m.kind for m in siblings)
-    folds: dict[str, _Fold] = {}
-    entries: list[Member | _Fold] = []
-    for m in sorted(siblings, key=lambda m: m.id):
-        if by_kind[m.kind] <= fanout:
-            entries.append(m)
-            continue
-        fold = folds.get(m.kind)
-        if fold is None:
-            fold = folds[m.kind] = _Fold(f"fold:{key.removeprefix('fold:')}/{m.kind}")
-            entries.append(fold)
-        fold.members.append(m)
-    return entries
-
-
-def _walk(
-    siblings: Sequence[Member],
-    key: str,
-    under: dict[int | None, list[Member]],
-    inside: set[int],
-    expanded: Collection[str],
-    fanout: int,
-    lines: list[Line],
-    placed: set[int],
-) -> None:
-    """Depth first, with a stack of its own: a chain of thousands of jobs is as deep as it is long."""
-    room = 3 * MAX_INDENT
-    # Each level: the entries still to draw (the next one last), and the branches drawn before them (the
-    # innermost `room` cells: no more is ever drawn); None for the roots, which have no branch.
-    stack: list[tuple[list[Member | _Fold], str | None]] = [(_pending(siblings, key, fanout), None)]
-    while stack:
-        pending, indent = stack[-1]
-        if not pending:
-            stack.pop()
-            continue
-        entry = pending.pop()
-        branch, carry = ("└─ ", "   ") if not pending else ("├─ ", "│  ")
-        drawn = "" if indent is None else _indent(indent + branch)
-        below = "" if indent is None else (indent + carry)[-room:]
-        if isinstance(entry, _Fold):
-            fresh = [m for m in entry.members if m.id not in placed]
-            if not fresh:
-                continue
-            is_open = entry.key in expanded
-            lines.append(Line(entry.key, drawn, tuple(fresh), folded=True, expanded=is_open))
-            if is_open:  # its members below it, each as itself
-                stack.append(([*reversed(fresh)], below))
-            else:
-                placed.update(m.id for m in fresh)
-                children = [c for m in fresh for c in under.get(m.id, []) if c.id not in placed]
-                stack.append((_pending(children, entry.key, fanout), below))
-            continue
-        if entry.id in placed:
-            continue
-        placed.add(entry.id)
-        in_workflow = sum(p in inside for p in entry.parents)
-        lines.append(
-            Line(
-                str(entry.id),
-                drawn,
-                (entry,),
-                more_parents=max(0, in_workflow - 1),
-                outside_parents=len(entry.parents) - in_workflow,
-            )
-        )
-        children = [c for c in under.get(entry.id, []) if c.id not in placed]
-        if children:
-            stack.append((_pending(children, str(entry.id), fanout), below))
-
-
-def _pending(siblings: Sequence[Member], key: str, fanout: int) -> list[Member | _Fold]:
-    return list(reversed(_entries(siblings, key, fanout)))
-
-
-def _indent(prefix: str) -> str:
-    """The branches of a line, the outermost cut off beyond MAX_INDENT levels (three cells a level).
-
-    >>> _indent("│  " * 10 + "└─ ")[:4], len(_indent("│  " * 10 + "└─ ")) == 3 * MAX_INDENT + 1
-    ('…│  ', True)
-    """
-    room = 3 * MAX_INDENT
-    return prefix if len(prefix) <= room else "…" + prefix[-room:]
-
-
-def progress(done: int, failed: int, total: int) -> float:
-    """The share of a workflow's jobs that have ended (done, dead or cancelled), from 0 to 1.
-
-    >>> progress(25, 1, 52), progress(0, 0, 0)
-    (0.5, 0.0)
-    """
-    return (done + failed) / total if total else 0.0
-
-
-def percent(share: float) -> str:
-    """A share as a whole percentage, rounded down: 100% means every job has ended.
-
-    >>> percent(0.999), percent(1.0), percent(0.5)
-    ('99%', '100%', '50%')
-    """
-    return f"{int(share * 100)}%"
+        new, value = f"jobsup.monitor.formats.{name}", getattr(formats, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    warnings.warn(f"jobsup.monitor.workflow_tree.{name} moved: use {new}", DeprecationWarning, stacklevel=2)
+    return value

@@ -2,7 +2,7 @@
 -- app's schedules, then fires each one: an on-time fire in one statement (schedule_fire_next), the
 -- others in a transaction that holds the schedule's row: schedule_lock, the fires enqueued with
 -- enqueue_many (jobs.sql), schedule_fired. `jobsup cron` and the console list, run, pause and resume
--- them through jobsup/ops/cron.py. A pause or resume is announced on the jobsup channel as
+-- them through jobsup/ops/schedules.py. A pause or resume is announced on the jobsup channel as
 -- {"schedule": name, ...}.
 
 -- name: schedule_declare
@@ -70,7 +70,7 @@ UPDATE jobsup.schedules SET seen_at = now(), seen_by = %(me)s
 WHERE name = ANY(%(names)s::text[])
 RETURNING clock_timestamp()
 
--- jobsup/ops/cron.py
+-- jobsup/ops/schedules.py
 
 -- name: schedule_list
 -- `state`: paused; orphaned when no supervisor has fired or watched it for %(orphan_after)s seconds (no
