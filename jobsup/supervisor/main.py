@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 
 from jobsup.db import dsn as dsns
@@ -36,6 +37,12 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
     # behind. After that they raise KeyboardInterrupt, so connecting stays interruptible, until the loop
     # makes them a graceful stop. A signal this process inherited as ignored (`nohup`, a shell's `&`)
     # stays ignored until then.
+    # Resolved before the workers spawn (the embedded server started if need be), and exported to them:
+    # the fork server, and so every worker, inherits this environment, and a handler reaches the
+    # database its supervisor uses through jobsup.dsn() or JOBSUP_DSN, whatever named it here (a flag,
+    # DATABASE_URL, the embedded server). A Ctrl-C here finds nothing started yet.
+    resolved = dsns.resolve(dsn, data_dir)
+    os.environ["JOBSUP_DSN"] = resolved
     early: list[int] = []
     ignored = {sig for sig in TERMINAL_SIGNALS if signal.getsignal(sig) is signal.SIG_IGN}
     for sig in TERMINAL_SIGNALS - ignored:
@@ -48,7 +55,6 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
             signal.signal(sig, signal.default_int_handler)
         if early:
             raise KeyboardInterrupt
-        resolved = dsns.resolve(dsn, data_dir)
         with dsns.connect(resolved) as conn:
             require_schema(conn)
         code = asyncio.run(supervisor.run(resolved))
