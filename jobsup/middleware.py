@@ -112,13 +112,18 @@ OTEL_ENV = "JOBSUP_OTEL"
 _TRUE = ("1", "true", "yes", "on")
 
 
+def traced_by_env() -> bool:
+    """Whether this process's environment turns tracing on (JOBSUP_OTEL)."""
+    return os.environ.get(OTEL_ENV, "").strip().lower() in _TRUE
+
+
 def process() -> Middleware:
     """The middleware of every enqueue and every run of this process, whatever the app: jobsup.otel's,
     once tracing is on. JOBSUP_OTEL is read on first use, so a process without it imports nothing more."""
     global _process
     if _process is None:
         _process = Middleware()
-        if os.environ.get(OTEL_ENV, "").strip().lower() in _TRUE:
+        if traced_by_env():
             _instrument_from_env()
     return _process
 

@@ -35,6 +35,8 @@ SYSTEM = "jobsup"  # messaging.system
 # (the supervisor kills it after its kill grace, 2 s).
 STOP_FLUSH_MILLIS = 1000
 
+NEEDS = "jobsup.otel needs opentelemetry-api: pip install 'jobsup[otel]'"
+
 _state: dict[str, Any] = {}  # once instrumented: the tracer and the API's names this module uses
 
 
@@ -47,7 +49,7 @@ def instrument() -> None:
         from opentelemetry import context, propagate, trace
         from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     except ImportError:
-        raise ImportError("jobsup.otel needs opentelemetry-api: pip install 'jobsup[otel]'") from None
+        raise ImportError(NEEDS) from None
     from jobsup import __version__
 
     _state.update(
@@ -67,6 +69,17 @@ def instrument() -> None:
         # A worker process ends through multiprocessing, which runs its own finalizers but not atexit's,
         # where the SDK's provider exports what its batch processor still holds.
         multiprocessing.util.Finalize(None, _flush, exitpriority=10)
+
+
+def unavailable() -> str | None:
+    """Why instrument() would fail in this environment, or None when opentelemetry-api imports. The
+    supervisor asks once, for its workers, when JOBSUP_OTEL is set (this imports opentelemetry)."""
+    try:
+        import opentelemetry.propagate
+        import opentelemetry.trace  # noqa: F401 (imported to see that it can be)
+    except ImportError:
+        return NEEDS
+    return None
 
 
 def uninstrument() -> None:

@@ -6,12 +6,13 @@ import asyncio
 import os
 import signal
 
+from jobsup import middleware, otel
 from jobsup.db import dsn as dsns
 from jobsup.db.migrate import require_schema
 from jobsup.errors import EXIT_INTERRUPTED, DatabaseUnavailable, WorkersFailed
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.keeper import TERMINAL_SIGNALS
-from jobsup.supervisor.log import EventLog, route
+from jobsup.supervisor.log import EventLog, capture_warnings, route
 from jobsup.supervisor.supervisor import Supervisor
 
 
@@ -27,6 +28,14 @@ def main(config: Config, *, dsn: str | None = None, data_dir: str | None = None)
     # psycopg logs through `logging` (at WARNING and above: its own default); its lines go through our
     # log too, in its format, not bare on stderr.
     route(log, "psycopg", "db.driver")
+    capture_warnings(log)
+    if middleware.traced_by_env():
+        missing = otel.unavailable()
+        if missing:
+            # Its workers could not trace either: said once, here, in the log's format, rather than by
+            # each worker as a bare warning on the stderr they share with this process.
+            log("otel.unavailable", "warning", variable=middleware.OTEL_ENV, reason=missing)
+            os.environ.pop(middleware.OTEL_ENV)
     supervisor = Supervisor(config, log)
     if config.metrics_port:  # before any worker: a port in use is one line and exit 2, nothing started
         from jobsup.supervisor.metrics import bind
