@@ -12,7 +12,8 @@ every app's own:
   job (and which links to it, as the messaging conventions ask), with the conventions' attributes
   (messaging.system "jobsup", messaging.destination.name the queue, messaging.operation.type,
   messaging.message.id the job id) and jobsup.kind, jobsup.attempt, jobsup.max_attempts. A failure
-  records its exception and sets the status ERROR; jobsup.outcome says how every attempt ended.
+  records its exception, sets the status ERROR and error.type (see error_type); jobsup.outcome says
+  how every attempt ended.
 
 This module imports opentelemetry only in instrument(): the supervisor imports it for trace_fields(),
 and a process that does not turn tracing on never imports opentelemetry at all.
@@ -154,12 +155,29 @@ def _end(span: Any, outcome: RunOutcome) -> None:
     if outcome.status in ("failed", "timed_out") and error is not None:
         span.record_exception(error)
         span.set_status(_state["Status"](_state["StatusCode"].ERROR, _describe(error)))
+        span.set_attribute("error.type", error_type(outcome.status, error))
     elif outcome.status in ("snoozed", "discarded") and error is not None:
         # Not failures: the handler said what becomes of the job, and the event says what it said.
         span.add_event(f"jobsup.{outcome.status}", {"jobsup.reason": str(error)})
     elif outcome.status in ("cancelled", "interrupted") and error is not None:
         span.add_event(f"jobsup.{outcome.status}", {"jobsup.reason": str(error)})
     span.end()
+
+
+def error_type(status: str, error: BaseException) -> str:
+    """The `error.type` of a failed attempt, which the messaging conventions require on a failed
+    operation and only there: `timeout` for an attempt past its timeout (the conventions' own word),
+    else the exception's class, by its fully qualified name (a builtin's by its name alone, as
+    `exception.type` has it). Low in cardinality: one value per class of error, never the message.
+
+    >>> class Declined(Exception): ...
+    >>> error_type("failed", ValueError()), error_type("failed", Declined()), error_type("timed_out", ValueError())
+    ('ValueError', 'jobsup.otel.Declined', 'timeout')
+    """
+    if status == "timed_out":
+        return "timeout"
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _describe(error: BaseException) -> str:
