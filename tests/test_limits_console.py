@@ -58,15 +58,16 @@ def test_the_limits_tab_shows_each_limited_kind_and_its_busiest_keys(conn, dsn):
             await pilot.press("6")
             await until(pilot, lambda: app.focused is app.query_one("#limits"), message="the Limits tab")
             table = rows(app, "limits")
-            # held of concurrency, starts of the rate, throttled (ready, not claimed), the oldest for
-            kind, held, starts, throttled, oldest, limits = table["charge"]
-            assert (kind, held, starts, throttled) == ("charge", "2 of 2", "2 of 50/m", "8")
+            # held of concurrency, starts of the rate, throttled (ready, held back by the limits: here
+            # the kind's concurrency), startable (ready, allowed: none at 2 of 2), the oldest for
+            kind, held, starts, throttled, startable, oldest, limits = table["charge"]
+            assert (kind, held, starts, throttled, startable) == ("charge", "2 of 2", "2 of 50/m", "8", "0")
             assert oldest.startswith("10m") and limits == IN_FORCE
             # The busiest keys, by held then throttled: a and b hold their one slot each.
             keys = [k for k in table if k.startswith("charge\x00")]
             assert keys == ["charge\x00b", "charge\x00a", "charge\x00c"]
             assert table["charge\x00b"][:4] == ["  b", "1 of 1", "1 in 1m", "4"]
-            assert table["charge\x00a"][3:5] == ["2", table["charge"][4]]  # a's jobs are the oldest
+            assert table["charge\x00a"][3] == "2" and table["charge\x00a"][5] == oldest  # a's jobs are the oldest
             assert "email" not in table
             text = await screen_text(pilot)
             assert "[6 Limits 8]" in text  # the tab bar's badge: jobs throttled; the Jobs tab stays above it
@@ -79,7 +80,8 @@ def test_the_limits_tab_shows_each_limited_kind_and_its_busiest_keys(conn, dsn):
 
 
 def test_the_tab_joins_the_bar_and_tabs_round_once_a_kind_has_a_limit(conn, dsn):
-    client.enqueue(conn, "charge", {}, key="a")
+    # Two ready: a limit of 1 lets one start (startable), and holds the other back (throttled).
+    client.enqueue_many(conn, [{"kind": "charge", "key": k} for k in "ab"])
 
     async def scenario() -> None:
         app = app_for(dsn)
@@ -98,7 +100,7 @@ def test_the_tab_joins_the_bar_and_tabs_round_once_a_kind_has_a_limit(conn, dsn)
             text = await screen_text(pilot)
             assert "6 Limits 1" in tab_bar(text)
             # Below 120 columns the limits in words leave the table for the line under it.
-            assert len(rows(app, "limits")["charge"]) == 5
+            assert len(rows(app, "limits")["charge"]) == 6
             assert str(app.query_one("#limit-detail").render()) == "charge: concurrency 1 · set by alice@box"
             await pilot.press("shift+tab")  # back from the first panel: the last panel of the last tab
             await until(pilot, lambda: app.focused is app.query_one("#limits"), message="Tab reaching the tab")
@@ -221,6 +223,6 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
         [charge] = figures.limits
         assert charge.starts == 3 and fig.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
         assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
-        assert charge.held == 2 and charge.throttled == 0 and charge.throttled_age is None
+        assert charge.held == 2 and charge.throttled == 0 and charge.startable == 0 and charge.throttled_age is None
 
     run(scenario)
