@@ -93,13 +93,20 @@ for line, source in blocks:
 
 def run_page(page: Path, dsn: str, cwd: Path, timeout: float = TIMEOUT) -> tuple[int | None, str, str]:
     """Run the page's blocks in one fresh process: (exit code, None on a timeout; stdout; stderr)."""
-    script = cwd / ".docs_runner.py"
-    script.write_text(RUNNER)
-    blocks = cwd / ".docs_blocks.json"
-    blocks.write_text(json.dumps([str(page), python_blocks(page.read_text())]))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "JOBSUP_DATA_DIR")}
     env["JOBSUP_DSN"] = dsn
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return run_blocks(page, cwd, env, timeout)
+
+
+def run_blocks(
+    page: Path, cwd: Path, env: dict[str, str], timeout: float, prelude: str = ""
+) -> tuple[int | None, str, str]:
+    """run_page's process, in `env`, with `prelude` (Python) run before the page's blocks."""
+    script = cwd / ".docs_runner.py"
+    script.write_text(prelude + RUNNER)
+    blocks = cwd / ".docs_blocks.json"
+    blocks.write_text(json.dumps([str(page), python_blocks(page.read_text())]))
     process = subprocess.Popen(
         [sys.executable, str(script), str(blocks)],
         cwd=cwd,

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -29,7 +28,7 @@ from jobsup.db.migrate import migrate
 
 from .helpers import ROOT
 from .supervisor_helpers import FAST
-from .test_docs import RUNNER, python_blocks
+from .test_docs import python_blocks, run_blocks
 
 pytestmark = pytest.mark.slow  # each page starts real supervisors
 
@@ -209,33 +208,13 @@ def _named_modules(page: Path, cwd: Path) -> list[str]:
 
 def run_supervised(page: Path, home: Path, cwd: Path) -> tuple[int | None, str, str, list[list[str]]]:
     """Run the page's blocks on the default setup: (exit code or None on a timeout, stdout, stderr, drains)."""
-    script = cwd / ".guide_runner.py"
-    script.write_text("import json\n" + PRELUDE + RUNNER)
-    blocks = cwd / ".guide_blocks.json"
-    blocks.write_text(json.dumps([str(page), python_blocks(page.read_text())]))
     drains = cwd / ".guide_drains"
     env = _default_env(home)
     env["PYTHONPATH"] = os.pathsep.join([str(cwd), env["PYTHONPATH"]])  # the page's modules, for the workers
     env.update(
         GUIDE_DRAINS=str(drains), GUIDE_FAST=json.dumps(FAST), GUIDE_MODULES=os.pathsep.join(_named_modules(page, cwd))
     )
-    process = subprocess.Popen(
-        [sys.executable, str(script), str(blocks)],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = process.communicate(timeout=TIMEOUT)
-        code: int | None = process.returncode
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        out, err = process.communicate()
-        code = None
+    code, out, err = run_blocks(page, cwd, env, TIMEOUT, prelude="import json\n" + PRELUDE)
     ran = [json.loads(line) for line in drains.read_text().splitlines()] if drains.exists() else []
     return code, out, err, ran
 

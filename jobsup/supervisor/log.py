@@ -140,7 +140,14 @@ def capture_warnings(log: EventLog) -> None:
     """This process's Python warnings (a library's deprecation, say) as `python.warning` lines of `log`,
     in its format: Python writes them on stderr as two bare lines, which no JSON reader could take."""
 
-    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, *_: Any) -> None:
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
         log("python.warning", "warning", category=category.__name__, message=str(message), at=f"{filename}:{lineno}")
 
     warnings.showwarning = show
