@@ -226,3 +226,23 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
         assert charge.held == 2 and charge.throttled == 0 and charge.startable == 0 and charge.throttled_age is None
 
     run(scenario)
+
+
+def test_a_keys_ready_jobs_that_its_limits_allow_are_not_counted_throttled(conn, dsn):
+    set_limits(conn, "charge", "alice@box", key_concurrency=1)
+    client.enqueue_many(conn, [{"kind": "charge", "key": "a"}] * 3 + [{"kind": "charge", "key": "b"}] * 2)
+    [held], _ = lifecycle.claim_limited(conn, ["charge"], ["default"], 1, "sup-a", 60)
+    assert held.key == "a"
+
+    async def scenario() -> None:
+        source = Source(dsn)
+        try:
+            figures = await source.refresh()
+        finally:
+            await source.close()
+        [charge] = figures.limits
+        # a holds its one slot: its 2 others are throttled; b may start one of its 2 (the other waits).
+        assert {k.key: (k.held, k.throttled) for k in charge.keys} == {"a": (1, 2), "b": (0, 1)}
+        assert (charge.held, charge.throttled, charge.startable) == (1, 3, 1)
+
+    run(scenario)
