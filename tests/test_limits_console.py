@@ -5,6 +5,7 @@ waits."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -214,18 +215,19 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
     lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs[:2]], "sup-a")  # finished: their starts count
     conn.execute("UPDATE jobsup.jobs SET started_at = now() - interval '2 minutes' WHERE id = %s", (ids[3],))
 
-    async def scenario() -> None:
-        source = Source(dsn)
-        try:
-            figures = await source.refresh()
-        finally:
-            await source.close()
-        [charge] = figures.limits
-        assert charge.starts == 3 and fig.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
-        assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
-        assert charge.held == 2 and charge.throttled == 0 and charge.startable == 0 and charge.throttled_age is None
+    [charge] = asyncio.run(limit_rows_of(dsn))
+    assert charge.starts == 3 and fig.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
+    assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
+    assert charge.held == 2 and charge.throttled == 0 and charge.startable == 0 and charge.throttled_age is None
 
-    run(scenario)
+
+async def limit_rows_of(dsn: str) -> tuple:
+    """The Limits tab's rows, as one refresh of the console's source reads them."""
+    source = Source(dsn)
+    try:
+        return (await source.refresh()).limits
+    finally:
+        await source.close()
 
 
 def test_a_keys_ready_jobs_that_its_limits_allow_are_not_counted_throttled(conn, dsn):
@@ -234,15 +236,7 @@ def test_a_keys_ready_jobs_that_its_limits_allow_are_not_counted_throttled(conn,
     [held], _ = lifecycle.claim_limited(conn, ["charge"], ["default"], 1, "sup-a", 60)
     assert held.key == "a"
 
-    async def scenario() -> None:
-        source = Source(dsn)
-        try:
-            figures = await source.refresh()
-        finally:
-            await source.close()
-        [charge] = figures.limits
-        # a holds its one slot: its 2 others are throttled; b may start one of its 2 (the other waits).
-        assert {k.key: (k.held, k.throttled) for k in charge.keys} == {"a": (1, 2), "b": (0, 1)}
-        assert (charge.held, charge.throttled, charge.startable) == (1, 3, 1)
-
-    run(scenario)
+    [charge] = asyncio.run(limit_rows_of(dsn))
+    # a holds its one slot: its 2 others are throttled; b may start one of its 2 (the other waits).
+    assert {k.key: (k.held, k.throttled) for k in charge.keys} == {"a": (1, 2), "b": (0, 1)}
+    assert (charge.held, charge.throttled, charge.startable) == (1, 3, 1)
