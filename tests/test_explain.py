@@ -404,8 +404,8 @@ def test_ready_jobs_behind_busy_workers_are_startable_not_throttled_everywhere(c
     for a worker (startable), not for a limit (throttled); once the limit is what holds them, all say so."""
     conn.execute(limited.SCHEMA)
     sup = start("--prefetch", "0", app="tests.apps.limited:app", procs=2, env={"JOBSUP_LIMITS_DSN": dsn})
-    declared = "SELECT limited FROM jobsup.limits WHERE kind = 'wide'"
-    wait_for(lambda: conn.execute(declared).fetchone(), 30, message=f"the limit declared\n{sup.log()}")
+    declared = "SELECT count(*) FROM jobsup.limits WHERE kind = 'wide' AND limited"
+    wait_for(lambda: conn.execute(declared).fetchone()[0], 30, message=f"the limit declared\n{sup.log()}")
     *_, last = client.enqueue_many(conn, [{"kind": "wide", "payload": {"seconds": 60}}] * 6)
     said = wait_for(
         lambda: (e := explain(conn, last)).reason == "workers_busy" and e, 30, 0.05, f"busy workers\n{sup.log()}"
@@ -414,7 +414,7 @@ def test_ready_jobs_behind_busy_workers_are_startable_not_throttled_everywhere(c
         "ready, waiting for a free worker: the 2 workers of the live supervisors that run it were busy at "
         "their last heartbeat; its limits allow a start now"
     )
-    assert (said.details["workers"], said.details["idle_workers"]) == (2, 0)
+    assert (said.details["workers"], said.details["busy_workers"]) == (2, 2)
     assert counts(conn) == {"held": 2, "throttled": 0, "startable": 4}
 
     set_limits(conn, "wide", "test", concurrency=2)  # now the limit holds them: 2 of 2

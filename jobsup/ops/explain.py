@@ -311,16 +311,16 @@ def _ready(job: Row, lim: Row | None) -> Answer:
         # A status this release does not know (a newer schema's): say what the row says.
         return job["status"], f"status {job['status']}", {}
     allowed = "; its limits allow a start now" if lim is not None else ""
-    workers, idle = job["workers"], job["idle_workers"]
-    if workers and not idle:
+    workers, busy = job["workers"], job["busy_workers"]
+    if workers and busy == workers:
         # Not a limit: every worker that could take it was busy at its supervisor's last heartbeat.
         plural = "s" if workers != 1 else ""
         text = (
             f"ready, waiting for a free worker: the {workers} worker{plural} of the live supervisors that run it "
             f"{'were' if plural else 'was'} busy at their last heartbeat{allowed}"
         )
-        return "workers_busy", text, {"workers": workers, "idle_workers": idle}
-    return "ready", f"ready: it should start within the poll{allowed}", {"workers": workers, "idle_workers": idle}
+        return "workers_busy", text, {"workers": workers, "busy_workers": busy}
+    return "ready", f"ready: it should start within the poll{allowed}", {"workers": workers, "busy_workers": busy}
 
 
 def _held(limit: int, held: int, holders: Sequence[int] | None) -> dict[str, Any]:

@@ -23,13 +23,14 @@ SELECT j.id, j.kind, j.queue, j.status, j.attempts, j.max_attempts, j.snoozes, j
        EXISTS (SELECT 1 FROM live WHERE j.queue = ANY(live.queues)) AS queue_served,
        EXISTS (SELECT 1 FROM live WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds)))
            AS kind_served,
-       -- The workers of the live supervisors that can run it, and how many were idle at their last
-       -- heartbeat: a ready job that none is free to take waits for a worker, not for a limit.
+       -- The workers of the live supervisors that can run it, and how many were busy with a job at
+       -- their last heartbeat: a ready job that all of them are busy for waits for a worker, not for a
+       -- limit (one that is starting or idle takes it soon).
        (SELECT count(*) FROM live, jsonb_array_elements(live.workers) w
         WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds))) AS workers,
        (SELECT count(*) FROM live, jsonb_array_elements(live.workers) w
         WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds))
-          AND w ->> 'state' = 'idle') AS idle_workers,
+          AND w ->> 'state' = 'busy') AS busy_workers,
        -- What the supervisors of its queue run instead, for the answer's text.
        (SELECT array_agg(DISTINCT k ORDER BY k) FROM live, unnest(live.kinds) AS k WHERE j.queue = ANY(live.queues))
            AS queue_kinds

@@ -90,7 +90,7 @@ CROSS JOIN LATERAL (
            coalesce(sum(CASE WHEN b.key IS NULL THEN b.n  -- no key: bound by no per-key limit
                              ELSE least(b.n,
                                         CASE WHEN l.key_concurrency IS NOT NULL
-                                             THEN greatest(0, l.key_concurrency - kh.n) END,
+                                             THEN greatest(0, l.key_concurrency - coalesce(kh.n, 0)) END,
                                         CASE WHEN l.key_rate IS NOT NULL
                                              THEN jobsup.rate_room(k.tat, now(), l.key_rate, l.key_period, l.key_burst)
                                         END)
@@ -101,11 +101,12 @@ CROSS JOIN LATERAL (
                 ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
                 LIMIT %(counted)s) r
           GROUP BY r.key) b
-    LEFT JOIN LATERAL (
-        SELECT count(*) AS n FROM jobsup.jobs j
-        WHERE l.key_concurrency IS NOT NULL AND j.kind = l.kind AND j.key = b.key AND j.status = 'running'
-          AND j.limited
-    ) kh ON true
+    -- What each key holds: one read of the kind's held jobs (a worker's job each), not one per key.
+    LEFT JOIN (
+        SELECT j.key, count(*) AS n FROM jobsup.jobs j
+        WHERE l.key_concurrency IS NOT NULL AND j.kind = l.kind AND j.status = 'running' AND j.limited
+        GROUP BY j.key
+    ) kh ON kh.key = b.key
     LEFT JOIN jobsup.limit_keys k ON l.key_rate IS NOT NULL AND k.kind = l.kind AND k.key = b.key
 ) w
 CROSS JOIN LATERAL (
