@@ -25,6 +25,7 @@ _EXPORTS = {
     "aenqueue_many": "client",
     "enqueue": "client",
     "enqueue_many": "client",
+    "dsn": "client",
     "Snooze": "outcomes",
     "RetryAfter": "outcomes",
     "Discard": "outcomes",
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from jobsup.app import load_app as load_app
     from jobsup.client import aenqueue as aenqueue
     from jobsup.client import aenqueue_many as aenqueue_many
+    from jobsup.client import dsn as dsn
     from jobsup.client import enqueue as enqueue
     from jobsup.client import enqueue_many as enqueue_many
     from jobsup.errors import JobsupError as JobsupError

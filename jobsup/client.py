@@ -15,11 +15,23 @@ from typing import Any, Unpack
 import psycopg
 
 from jobsup import middleware, workflow
+from jobsup.db import dsn as dsns
 from jobsup.db.sql import Op, arun, run, sorted_ids
 from jobsup.job import EnqueueOptions, JobSpec, insert_columns, make_spec
 from jobsup.middleware import HasMiddleware
 
 OneJob = JobSpec | Mapping[str, Any]
+
+
+def dsn() -> str:
+    """The DSN of the database jobsup uses, for your own connections (`psycopg.connect(jobsup.dsn())`).
+
+    In a handler run by `jobsup start`, its supervisor's database, whatever named it (`--dsn`,
+    JOBSUP_DSN, DATABASE_URL or the embedded server): the supervisor exports it to its workers as
+    JOBSUP_DSN. Elsewhere, as every jobsup command resolves it: JOBSUP_DSN, else DATABASE_URL, else the
+    embedded PostgreSQL of JOBSUP_DATA_DIR or the per-user default, started if need be.
+    """
+    return dsns.resolve()
 
 
 def _enqueue_op(spec: JobSpec) -> Op:

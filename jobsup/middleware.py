@@ -102,6 +102,11 @@ OTEL_ENV = "JOBSUP_OTEL"
 _TRUE = ("1", "true", "yes", "on")
 
 
+def traced_by_env() -> bool:
+    """Whether this process's environment turns tracing on (JOBSUP_OTEL)."""
+    return os.environ.get(OTEL_ENV, "").strip().lower() in _TRUE
+
+
 def process() -> Middleware:
     """The middleware of every enqueue and every run of this process, whatever the app: jobsup.otel's,
     once tracing is on (its lists, which instrument() fills). JOBSUP_OTEL is read on first use, so a
@@ -109,7 +114,7 @@ def process() -> Middleware:
     global _process
     if _process is None:
         _process = Middleware(enqueue=otel.ENQUEUE, run=otel.RUN)
-        if os.environ.get(OTEL_ENV, "").strip().lower() in _TRUE:
+        if traced_by_env():
             _instrument_from_env()
     return _process
 

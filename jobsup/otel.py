@@ -13,7 +13,8 @@ not the reverse):
   job (and which links to it, as the messaging conventions ask), with the conventions' attributes
   (messaging.system "jobsup", messaging.destination.name the queue, messaging.operation.type,
   messaging.message.id the job id) and jobsup.kind, jobsup.attempt, jobsup.max_attempts. A failure
-  records its exception and sets the status ERROR; jobsup.outcome says how every attempt ended.
+  records its exception, sets the status ERROR and error.type (see error_type); jobsup.outcome says
+  how every attempt ended.
 
 This module imports opentelemetry only in instrument(): the supervisor imports it for trace_fields(),
 and a process that does not turn tracing on never imports opentelemetry at all.
@@ -33,6 +34,8 @@ SYSTEM = "jobsup"  # messaging.system
 # How long an attempt stopped from outside waits for its spans to be exported before the worker ends
 # (the supervisor kills it after its kill grace, 2 s).
 STOP_FLUSH_MILLIS = 1000
+
+NEEDS = "jobsup.otel needs opentelemetry-api: pip install 'jobsup[otel]'"
 
 _state: dict[str, Any] = {}  # once instrumented: the tracer and the API's names this module uses
 
@@ -68,7 +71,7 @@ def instrument() -> None:
         from opentelemetry import context, propagate, trace
         from opentelemetry.trace import Link, SpanKind, Status, StatusCode
     except ImportError:
-        raise ImportError("jobsup.otel needs opentelemetry-api: pip install 'jobsup[otel]'") from None
+        raise ImportError(NEEDS) from None
     # The package's version as jobsup.__version__ reads it, without importing the package's __init__,
     # which names the modules above this one.
     from importlib.metadata import version
@@ -93,6 +96,17 @@ def instrument() -> None:
         # A worker process ends through multiprocessing, which runs its own finalizers but not atexit's,
         # where the SDK's provider exports what its batch processor still holds.
         multiprocessing.util.Finalize(None, _flush, exitpriority=10)
+
+
+def unavailable() -> str | None:
+    """Why instrument() would fail in this environment, or None when opentelemetry-api imports. The
+    supervisor asks once, for its workers, when JOBSUP_OTEL is set (this imports opentelemetry)."""
+    try:
+        import opentelemetry.propagate
+        import opentelemetry.trace  # noqa: F401 (imported to see that it can be)
+    except ImportError:
+        return NEEDS
+    return None
 
 
 def uninstrument() -> None:
@@ -166,12 +180,29 @@ def _end(span: Any, outcome: RunOutcome) -> None:
     if outcome.status in ("failed", "timed_out") and error is not None:
         span.record_exception(error)
         span.set_status(_state["Status"](_state["StatusCode"].ERROR, _describe(error)))
+        span.set_attribute("error.type", error_type(outcome.status, error))
     elif outcome.status in ("snoozed", "discarded") and error is not None:
         # Not failures: the handler said what becomes of the job, and the event says what it said.
         span.add_event(f"jobsup.{outcome.status}", {"jobsup.reason": str(error)})
     elif outcome.status in ("cancelled", "interrupted") and error is not None:
         span.add_event(f"jobsup.{outcome.status}", {"jobsup.reason": str(error)})
     span.end()
+
+
+def error_type(status: str, error: BaseException) -> str:
+    """The `error.type` of a failed attempt, which the messaging conventions require on a failed
+    operation and only there: `timeout` for an attempt past its timeout (the conventions' own word),
+    else the exception's class, by its fully qualified name (a builtin's by its name alone, as
+    `exception.type` has it). Low in cardinality: one value per class of error, never the message.
+
+    >>> class Declined(Exception): ...
+    >>> error_type("failed", ValueError()), error_type("failed", Declined()), error_type("timed_out", ValueError())
+    ('ValueError', 'jobsup.otel.Declined', 'timeout')
+    """
+    if status == "timed_out":
+        return "timeout"
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _describe(error: BaseException) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import ROOT
+from .helpers import ROOT, wait_for
 
 TIMEOUT = 60.0
 
@@ -93,13 +93,20 @@ for line, source in blocks:
 
 def run_page(page: Path, dsn: str, cwd: Path, timeout: float = TIMEOUT) -> tuple[int | None, str, str]:
     """Run the page's blocks in one fresh process: (exit code, None on a timeout; stdout; stderr)."""
-    script = cwd / ".docs_runner.py"
-    script.write_text(RUNNER)
-    blocks = cwd / ".docs_blocks.json"
-    blocks.write_text(json.dumps([str(page), python_blocks(page.read_text())]))
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "JOBSUP_DATA_DIR")}
     env["JOBSUP_DSN"] = dsn
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    return run_blocks(page, cwd, env, timeout)
+
+
+def run_blocks(
+    page: Path, cwd: Path, env: dict[str, str], timeout: float, prelude: str = ""
+) -> tuple[int | None, str, str]:
+    """run_page's process, in `env`, with `prelude` (Python) run before the page's blocks."""
+    script = cwd / ".docs_runner.py"
+    script.write_text(prelude + RUNNER)
+    blocks = cwd / ".docs_blocks.json"
+    blocks.write_text(json.dumps([str(page), python_blocks(page.read_text())]))
     process = subprocess.Popen(
         [sys.executable, str(script), str(blocks)],
         cwd=cwd,
@@ -134,6 +141,28 @@ def test_the_python_blocks_of_a_page_run(page: Path, dsn: str, tmp_path: Path):
         pytest.fail(
             f"{name}: {_failed_block(err)} failed (exit {code})\n--- stderr:\n{err}\n--- stdout:\n{out[-2000:]}"
         )
+
+
+@pytest.mark.slow  # starts a real supervisor
+@pytest.mark.parametrize("page", ["README.md", "docs/index.md"])
+def test_the_first_example_runs_under_a_supervisor_that_imports_it_once_per_worker(
+    page: str, dsn: str, start, conn, tmp_path: Path
+):
+    """The page's script enqueues; the app module that `jobsup start` imports in each worker only
+    declares: its workers enqueue nothing more, and a handler serves every job the script enqueued."""
+    code, out, err = run_page(ROOT / page, dsn, tmp_path)
+    assert code == 0, err
+    enqueued = sorted(conn.execute("SELECT id, kind FROM jobsup.jobs").fetchall())
+    assert enqueued, out
+    sup = start(app="myapp.jobs:app", env={"PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])})
+    sup.wait_ready()
+    done = "SELECT count(*) FROM jobsup.jobs WHERE kind = 'email' AND status = 'done'"
+    wait_for(lambda: conn.execute(done).fetchone()[0], 30, message=f"the email sent\n{sup.log()}")
+    sup.stop()
+    assert sorted(conn.execute("SELECT id, kind FROM jobsup.jobs").fetchall()) == enqueued, sup.log()
+    [kinds] = re.findall(r"app\.loaded .* kinds=(\S+)", sup.log())
+    assert {kind for _, kind in enqueued} <= set(kinds.split(",")), sup.log()
+    assert "Traceback" not in sup.log(), sup.log()
 
 
 # The collector and the runner themselves, on pages made here.

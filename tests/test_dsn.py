@@ -14,6 +14,7 @@ import psutil
 import psycopg
 import pytest
 
+from jobsup import client
 from jobsup.db import dsn as dsns
 from jobsup.db.migrate import LATEST, available
 from jobsup.errors import DatabaseUnavailable
@@ -242,3 +243,17 @@ def test_embedded_default_needs_no_configuration():
             for proc in postmasters(data_dir):  # only ever the server this test started
                 proc.kill()
             shutil.rmtree(home, ignore_errors=True)
+
+
+def test_a_handler_reaches_its_supervisors_database_with_nothing_exported(conn, dsn, start):
+    # The supervisor is told its database by --dsn only; the environment names none, and the embedded
+    # default is unusable (a file): a handler that resolved the database itself would fail.
+    sup = start(app="tests.apps.reach:app", env={"JOBSUP_DATA_DIR": str(ROOT / "README.md")})
+    [job_id] = client.enqueue_many(conn, [{"kind": "whose-database"}])
+    finished = "SELECT status NOT IN ('queued', 'running') FROM jobsup.jobs WHERE id = %s"
+    wait_for(lambda: conn.execute(finished, [job_id]).fetchone()[0], 30, message=f"job {job_id}\n{sup.log()}")
+    status, error, value = conn.execute(
+        "SELECT status, last_error, return_value FROM jobsup.jobs WHERE id = %s", [job_id]
+    ).fetchone()
+    assert status == "done", (error, sup.log())
+    assert value == {"env": dsn, "dsn": dsn, "database": conn.info.dbname}

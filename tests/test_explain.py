@@ -11,17 +11,23 @@ from datetime import datetime
 
 import psycopg
 import pytest
+from psycopg.rows import dict_row
 
 import jobsup
+from jobsup import client
 from jobsup.cli import main
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure, Snoozed
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput
 from jobsup.ops import control
 from jobsup.ops.explain import Explanation, aexplain_text, explain, explain_text
-from jobsup.ops.limits import set_limits
+from jobsup.ops.limits import list_limits, set_limits
+from jobsup.ops.metrics import limit_gauges
+from jobsup.ops.snapshot import limited_kinds
 
-from .helpers import ROOT, cli_env
+from .apps import limited
+from .helpers import ROOT, cli_env, wait_for
 
 SUP = "host-a:100:aa"  # the fake supervisor's id, as a claim writes it to locked_by
 
@@ -386,3 +392,45 @@ def test_the_real_command_exits_2_with_one_line(dsn):
         )
         assert result.returncode == 2, (args, result.stdout, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1 and "Traceback" not in result.stderr, result.stderr
+
+
+# --- ready, and every worker busy: a real supervisor ---------------------------------------------------
+
+
+@pytest.mark.slow
+def test_ready_jobs_behind_busy_workers_are_startable_not_throttled_everywhere(conn, dsn, start):
+    """2 workers busy on long jobs of a kind limited to 50 at once, 4 more ready: the limit holds none
+    of them back. `explain`, `jobsup limit`, `jobsup stats`, the console and the metrics say they wait
+    for a worker (startable), not for a limit (throttled); once the limit is what holds them, all say so."""
+    conn.execute(limited.SCHEMA)
+    sup = start("--prefetch", "0", app="tests.apps.limited:app", procs=2, env={"JOBSUP_LIMITS_DSN": dsn})
+    declared = "SELECT count(*) FROM jobsup.limits WHERE kind = 'wide' AND limited"
+    wait_for(lambda: conn.execute(declared).fetchone()[0], 30, message=f"the limit declared\n{sup.log()}")
+    *_, last = client.enqueue_many(conn, [{"kind": "wide", "payload": {"seconds": 60}}] * 6)
+    said = wait_for(
+        lambda: (e := explain(conn, last)).reason == "workers_busy" and e, 30, 0.05, f"busy workers\n{sup.log()}"
+    )
+    assert said.text == (
+        "ready, waiting for a free worker: the 2 workers of the live supervisors that run it were busy at "
+        "their last heartbeat; its limits allow a start now"
+    )
+    assert (said.details["workers"], said.details["busy_workers"]) == (2, 2)
+    assert counts(conn) == {"held": 2, "throttled": 0, "startable": 4}
+
+    set_limits(conn, "wide", "test", concurrency=2)  # now the limit holds them: 2 of 2
+    assert explain(conn, last).reason == "concurrency"
+    assert counts(conn) == {"held": 2, "throttled": 4, "startable": 0}
+
+
+def counts(conn: psycopg.Connection) -> dict[str, int]:
+    """The kind `wide`'s figures as each reader has them, checked to agree: `jobsup limit --json`,
+    `jobsup stats --json` (the console's and `jobsup check`'s row) and the exporter's gauges."""
+    [listed] = [r for r in list_limits(conn) if r["kind"] == "wide"]
+    with conn.cursor(row_factory=dict_row) as cur:
+        [kind] = [k for k in limited_kinds(cur.execute(SQL["limited_kinds"], {"counted": 10_001})) if k.kind == "wide"]
+    gauges = {m.name: {s.labels["kind"]: s.value for s in m.samples} for m in limit_gauges([kind])}
+    figures = {"held": listed["held"], "throttled": listed["throttled"], "startable": listed["startable"]}
+    assert figures == {"held": kind.held, "throttled": kind.throttled, "startable": kind.startable}
+    assert gauges["jobsup_limit_throttled_jobs"]["wide"] == kind.throttled
+    assert gauges["jobsup_limit_startable_jobs"]["wide"] == kind.startable
+    return figures

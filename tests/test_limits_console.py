@@ -5,6 +5,7 @@ waits."""
 
 from __future__ import annotations
 
+import asyncio
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -58,15 +59,16 @@ def test_the_limits_tab_shows_each_limited_kind_and_its_busiest_keys(conn, dsn):
             await pilot.press("6")
             await until(pilot, lambda: app.focused is app.query_one("#limits"), message="the Limits tab")
             table = rows(app, "limits")
-            # held of concurrency, starts of the rate, throttled (ready, not claimed), the oldest for
-            kind, held, starts, throttled, oldest, limits = table["charge"]
-            assert (kind, held, starts, throttled) == ("charge", "2 of 2", "2 of 50/m", "8")
+            # held of concurrency, starts of the rate, throttled (ready, held back by the limits: here
+            # the kind's concurrency), startable (ready, allowed: none at 2 of 2), the oldest for
+            kind, held, starts, throttled, startable, oldest, limits = table["charge"]
+            assert (kind, held, starts, throttled, startable) == ("charge", "2 of 2", "2 of 50/m", "8", "0")
             assert oldest.startswith("10m") and limits == IN_FORCE
             # The busiest keys, by held then throttled: a and b hold their one slot each.
             keys = [k for k in table if k.startswith("charge\x00")]
             assert keys == ["charge\x00b", "charge\x00a", "charge\x00c"]
             assert table["charge\x00b"][:4] == ["  b", "1 of 1", "1 in 1m", "4"]
-            assert table["charge\x00a"][3:5] == ["2", table["charge"][4]]  # a's jobs are the oldest
+            assert table["charge\x00a"][3] == "2" and table["charge\x00a"][5] == oldest  # a's jobs are the oldest
             assert "email" not in table
             text = await screen_text(pilot)
             assert "[6 Limits 8]" in text  # the tab bar's badge: jobs throttled; the Jobs tab stays above it
@@ -79,7 +81,8 @@ def test_the_limits_tab_shows_each_limited_kind_and_its_busiest_keys(conn, dsn):
 
 
 def test_the_tab_joins_the_bar_and_tabs_round_once_a_kind_has_a_limit(conn, dsn):
-    client.enqueue(conn, "charge", {}, key="a")
+    # Two ready: a limit of 1 lets one start (startable), and holds the other back (throttled).
+    client.enqueue_many(conn, [{"kind": "charge", "key": k} for k in "ab"])
 
     async def scenario() -> None:
         app = app_for(dsn)
@@ -98,7 +101,7 @@ def test_the_tab_joins_the_bar_and_tabs_round_once_a_kind_has_a_limit(conn, dsn)
             text = await screen_text(pilot)
             assert "6 Limits 1" in tab_bar(text)
             # Below 120 columns the limits in words leave the table for the line under it.
-            assert len(rows(app, "limits")["charge"]) == 5
+            assert len(rows(app, "limits")["charge"]) == 6
             assert str(app.query_one("#limit-detail").render()) == "charge: concurrency 1 · set by alice@box"
             await pilot.press("shift+tab")  # back from the first panel: the last panel of the last tab
             await until(pilot, lambda: app.focused is app.query_one("#limits"), message="Tab reaching the tab")
@@ -212,15 +215,28 @@ def test_starts_count_the_jobs_started_within_the_rates_period(conn, dsn):
     lifecycle.complete(conn, [(j.id, j.attempts) for j in jobs[:2]], "sup-a")  # finished: their starts count
     conn.execute("UPDATE jobsup.jobs SET started_at = now() - interval '2 minutes' WHERE id = %s", (ids[3],))
 
-    async def scenario() -> None:
-        source = Source(dsn)
-        try:
-            figures = await source.refresh()
-        finally:
-            await source.close()
-        [charge] = figures.limits
-        assert charge.starts == 3 and fmt.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
-        assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
-        assert charge.held == 2 and charge.throttled == 0 and charge.throttled_age is None
+    [charge] = asyncio.run(limit_rows_of(dsn))
+    assert charge.starts == 3 and fmt.starts(charge.starts, charge.limits.rate) == "3 of 100/m"
+    assert {k.key: k.starts for k in charge.keys} == {"a": 2, "b": 1}
+    assert charge.held == 2 and charge.throttled == 0 and charge.startable == 0 and charge.throttled_age is None
 
-    run(scenario)
+
+async def limit_rows_of(dsn: str) -> tuple:
+    """The Limits tab's rows, as one refresh of the console's source reads them."""
+    source = Source(dsn)
+    try:
+        return (await source.refresh()).limits
+    finally:
+        await source.close()
+
+
+def test_a_keys_ready_jobs_that_its_limits_allow_are_not_counted_throttled(conn, dsn):
+    set_limits(conn, "charge", "alice@box", key_concurrency=1)
+    client.enqueue_many(conn, [{"kind": "charge", "key": "a"}] * 3 + [{"kind": "charge", "key": "b"}] * 2)
+    [held], _ = lifecycle.claim_limited(conn, ["charge"], ["default"], 1, "sup-a", 60)
+    assert held.key == "a"
+
+    [charge] = asyncio.run(limit_rows_of(dsn))
+    # a holds its one slot: its 2 others are throttled; b may start one of its 2 (the other waits).
+    assert {k.key: (k.held, k.throttled) for k in charge.keys} == {"a": (1, 2), "b": (0, 1)}
+    assert (charge.held, charge.throttled, charge.startable) == (1, 3, 1)

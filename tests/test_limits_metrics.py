@@ -71,5 +71,5 @@ def test_stats_has_a_limits_section(conn, dsn):
     text = jobsup("stats", "--dsn", dsn, env=cli_env(COLUMNS="160")).stdout
     table = text[text.index("limits (held") : text.index("dead jobs (")]
     cells = [c.strip() for c in next(line for line in table.splitlines() if "charge" in line).split("│")[1:-1]]
-    assert cells[:4] == ["charge", "concurrency 2", "2 of 2", "4"] and cells[5] == "alice@box", table
-    assert cells[4].startswith("10m"), table  # oldest: how long the oldest throttled job has waited
+    assert cells[:5] == ["charge", "concurrency 2", "2 of 2", "4", "0"] and cells[6] == "alice@box", table
+    assert cells[5].startswith("10m"), table  # oldest: how long the oldest throttled job has waited

@@ -6,16 +6,18 @@ from __future__ import annotations
 import io
 import json
 import logging
+import os
 import signal
+import warnings
 
 import psycopg
 import pytest
 
 from jobsup import client
 from jobsup.db import embedded
-from jobsup.supervisor.log import EventLog, route
+from jobsup.supervisor.log import EventLog, capture_warnings, route
 
-from .helpers import wait_for
+from .helpers import ROOT, wait_for
 from .supervisor_helpers import enqueue_kinds, status_counts
 
 pytestmark = pytest.mark.slow  # every test runs a real supervisor
@@ -128,3 +130,40 @@ def test_the_last_attempt_of_a_job_is_logged_dead_and_not_also_failed(conn, star
     assert sum(r.get("more", 1) for r in failed) == 2, lines
     assert [(r["job"], r["attempt"]) for r in dead] == [(job_id, 3)], lines
     assert all(r["attempt"] < 3 for r in failed if "attempt" in r), lines
+
+
+def test_tracing_asked_for_without_opentelemetry_is_one_line_of_the_log(conn, start, tmp_path):
+    # A stand-in package first on the path: `import opentelemetry` fails, as where it is not installed.
+    shim = tmp_path / "opentelemetry"
+    shim.mkdir()
+    (shim / "__init__.py").write_text("raise ImportError(\"No module named 'opentelemetry'\")\n")
+    path = os.pathsep.join([str(tmp_path), str(ROOT)])
+    sup = start("--log-format", "json", env={"JOBSUP_OTEL": "1", "PYTHONPATH": path})
+    sup.wait_ready()
+    enqueue_kinds(conn, ["ok"] * 4)  # each worker runs a job: where tracing would start
+    wait_for(lambda: status_counts(conn).get("done") == 4, 30, message=f"4 jobs done\n{sup.log()}")
+    assert sup.stop() == 0
+    lines = [r for r in records(sup.log()) if r["action"] == "otel.unavailable"]
+    assert len(lines) == 1 and lines[0]["level"] == "warning", sup.log()
+    assert "opentelemetry-api" in lines[0]["reason"] and lines[0]["variable"] == "JOBSUP_OTEL"
+    assert "RuntimeWarning" not in sup.log()
+
+
+def test_a_python_warning_of_the_supervisor_is_a_line_of_its_log():
+    out = io.StringIO()
+    log = EventLog("json", stream=out)
+    before = warnings.showwarning
+    try:
+        capture_warnings(log)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always")
+            warnings.warn("a library's deprecation", DeprecationWarning, stacklevel=1)
+    finally:
+        warnings.showwarning = before
+    [record] = records(out.getvalue())
+    assert (record["action"], record["level"], record["category"]) == (
+        "python.warning",
+        "warning",
+        "DeprecationWarning",
+    )
+    assert record["message"] == "a library's deprecation" and record["at"].startswith(__file__), record

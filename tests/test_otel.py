@@ -71,6 +71,8 @@ def assert_process_span(span: dict, job_id: int, kind: str, attempt: int, max_at
         "jobsup.attempt": attempt,
         "jobsup.max_attempts": max_attempts,
         "jobsup.outcome": span["attributes"]["jobsup.outcome"],
+        # On a failed attempt only (the messaging conventions require it there); each test says which.
+        **({"error.type": span["attributes"]["error.type"]} if "error.type" in span["attributes"] else {}),
     }
 
 
@@ -122,11 +124,13 @@ def test_a_job_that_fails_twice_then_succeeds_has_three_spans_in_its_trace(conn,
         assert event["attributes"]["exception.type"] == "ValueError"
         assert event["attributes"]["exception.message"] == f"attempt {n} fails"
         assert span["attributes"]["jobsup.outcome"] == "failed"
+        assert span["attributes"]["error.type"] == "ValueError"  # the conventions': required on a failure
     assert (attempts[2]["status"], attempts[2]["events"], attempts[2]["attributes"]["jobsup.outcome"]) == (
         "UNSET",
         [],
         "done",
     )
+    assert "error.type" not in attempts[2]["attributes"]  # and only there
 
 
 def test_a_snoozed_attempt_is_marked_as_such_and_is_no_error(conn, spans):
@@ -138,6 +142,7 @@ def test_a_snoozed_attempt_is_marked_as_such_and_is_no_error(conn, spans):
     assert snoozed["events"] == [{"name": "jobsup.snoozed", "attributes": {"jobsup.reason": "snoozed for 0s"}}]
     assert snoozed["attributes"]["jobsup.attempt"] == woke["attributes"]["jobsup.attempt"] == 1  # given back
     assert woke["attributes"]["jobsup.outcome"] == "done"
+    assert "error.type" not in snoozed["attributes"]
 
 
 def test_async_handlers_run_in_their_span(conn, spans):
@@ -312,6 +317,8 @@ def test_a_worker_exports_what_its_batch_processor_holds_when_it_ends_or_is_stop
     wait_for(lambda: finished(conn, 2), 60, 0.05, "the jobs to finish")
     stopped = wait_for(lambda: len(worker_spans(tmp_path)) == 2 and worker_spans(tmp_path), 10, 0.05, "spans")
     assert [s["name"] for s in stopped] == ["process ok", "process stuck"]
+    assert stopped[1]["attributes"]["jobsup.outcome"] == "timed_out"
+    assert stopped[1]["attributes"]["error.type"] == "timeout" and "error.type" not in stopped[0]["attributes"]
 
     with tracer.start_as_current_span("request"):
         later = app.enqueue(conn, "ok")  # run by the worker that replaced the stopped one

@@ -18,7 +18,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "Say what holds job ID, from the database: finished, running, waiting for its parents (the "
         "unfinished ones by id), scheduled or waiting for its retry, its queue paused, a limit of its "
         "kind or key at its concurrency or rate, no live supervisor that serves its queue or runs its "
-        "kind; else it is ready to start."
+        "kind, every worker that could run it busy (it waits for a worker, not a limit); else it is "
+        "ready to start."
     )
     p.add_argument("id", type=job_id, metavar="ID", help="the job's id")
     p.add_argument(

@@ -25,7 +25,8 @@ _DIMENSIONS = {
 def configure(p: argparse.ArgumentParser) -> None:
     p.description = (
         "Without options, list every kind with limits: those in force, what the app declares, who set "
-        "them, what each holds and how many of its ready jobs they hold back (throttled). With options, "
+        "them, what each holds, and its ready jobs: how many they hold back (throttled) and how many they "
+        "allow to start now, which wait for a free worker (startable). With options, "
         "set KIND's limits for every supervisor (they obey within a heartbeat, at once when they hear the "
         "NOTIFY): the values given replace those in force, `none` removes one, and an operator's values "
         "win over what any app declares until --reset."
@@ -104,5 +105,6 @@ def _print(rows: list[dict[str, Any]], as_json: bool) -> None:
     for row in rows:
         limits = Limits.from_json(row["kind"], row["limits"])
         source = f"set by {row['set_by']}" if row["set_by"] else f"declared by {row['declared_by'] or '?'}"
-        throttled = "10,000+" if row["throttled"] > 10000 else f"{row['throttled']:,}"
-        print(f"{row['kind']}: {limits}; {source}; held {row['held']}, throttled {throttled}")
+        throttled = f"{row['throttled']:,}" + ("+" if row["throttled_capped"] else "")
+        counts = f"held {row['held']}, throttled {throttled}, startable {row['startable']:,}"
+        print(f"{row['kind']}: {limits}; {source}; {counts}")

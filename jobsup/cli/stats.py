@@ -119,17 +119,21 @@ def print_limits(snap: Snapshot, console: Console) -> None:
     """The kinds with a limit in force, when there is one: what they hold, what they throttle, for how long."""
     if not snap.limits:
         return
-    table = Table(title="limits (held: running now; throttled: ready, held back by the limits)", title_justify="left")
+    title = "limits (held: running; throttled: ready, held back by the limits; startable: ready, waiting for a worker)"
+    table = Table(title=title, title_justify="left")
     table.add_column("kind")
     table.add_column("limits")
     table.add_column("held", justify="right")
     table.add_column("throttled", justify="right")
+    table.add_column("startable", justify="right")
     table.add_column("oldest", justify="right")
     table.add_column("set by")
     for k in snap.limits:
         held = f"{k.held:,}" + (f" of {k.limits.concurrency:,}" if k.limits.concurrency is not None else "")
         by = k.set_by or ("the app" if k.declared is not None else "-")
-        table.add_row(k.kind, str(k.limits), held, k.throttled_text, format_age(k.throttled_age), by)
+        table.add_row(
+            k.kind, str(k.limits), held, k.throttled_text, f"{k.startable:,}", format_age(k.throttled_age), by
+        )
     show(console, table)
 
 

@@ -32,6 +32,7 @@ COLUMNS = (
     ("held", "held", True),
     ("starts", "starts", True),
     ("throttled", "throttled", True),
+    ("startable", "startable", True),  # a kind's ready jobs its limits allow to start: they wait for a worker
     ("oldest", "oldest", True),
 )
 INPUT_HELP = (
@@ -158,7 +159,9 @@ class LimitsPanel(Panel):
             rows += [(f"{k.kind}\x00{key.key}", self._key_cells(k, key, view)) for key in k.keys]
             more = k.keys_seen - len(k.keys)
             if more > 0:
-                rows.append((f"{k.kind}\x00", [left(f"  +{more:,} more keys", "dim"), *(left("") for _ in range(4))]))
+                rows.append(
+                    (f"{k.kind}\x00", [left(f"  +{more:,} more keys", "dim"), *(left("") for _ in COLUMNS[1:])])
+                )
         # The limits in words, in the room the figures leave on a wide screen (the layout's breakpoint, so
         # the column does not come and go with the figures); the line under the table says them whole.
         wide = self.screen.has_class("-wide")
@@ -206,6 +209,7 @@ class LimitsPanel(Panel):
             right(fmt.held(k.held, limits.concurrency), view.warning if k.at_concurrency else ""),
             right(fmt.starts(k.starts, limits.rate), view.warning if fmt.at_rate(k.starts, limits.rate) else ""),
             right(k.throttled_text),
+            right(fmt.count(k.startable)),
             right(fmt.age(k.throttled_age), view.warning if late else ""),
         ]
 
@@ -218,6 +222,7 @@ class LimitsPanel(Panel):
             right(fmt.held(key.held, limit), view.warning if full else ""),
             right(fmt.starts(key.starts, rate), view.warning if fmt.at_rate(key.starts, rate) else ""),
             right(fmt.count(key.throttled)),
+            left(""),  # counted for the kind only: its keys share the kind's room
             right(fmt.age(key.throttled_age)),
         ]
 

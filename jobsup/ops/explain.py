@@ -5,7 +5,7 @@ limits, the supervisors' heartbeats), by statements that cost the same whatever 
 (`db/queries/explain.sql`). The first condition that holds the job back is the answer, in the order a
 job meets them: finished, running, waiting for its parents, not due yet, its queue paused, its kind's
 limits (concurrency, then the key's, then the kind's rate, then the key's), no live supervisor that can
-run it; else it is ready.
+run it, every worker that could run it busy (it waits for a worker, not for a limit); else it is ready.
 Each answer has a short stable `reason` for scripts and a line or two of text for a person.
 """
 
@@ -42,7 +42,8 @@ Answer = tuple[str, str, dict[str, Any]]
 class Explanation:
     """Why job `id` is where it is: `reason` is a short stable code (done, dead, cancelled, running,
     waiting, scheduled, retry, paused, concurrency, key_concurrency, rate, key_rate, no_supervisor_queue,
-    no_supervisor_kind, ready), `text` what a person reads, `details` the figures behind it (JSON-ready)."""
+    no_supervisor_kind, workers_busy, ready), `text` what a person reads, `details` the figures behind it
+    (JSON-ready)."""
 
     id: int
     kind: str
@@ -309,10 +310,17 @@ def _ready(job: Row, lim: Row | None) -> Answer:
     if job["status"] != "queued":
         # A status this release does not know (a newer schema's): say what the row says.
         return job["status"], f"status {job['status']}", {}
-    text = "ready: it should start within the poll"
-    if lim is not None:
-        text += "; its limits allow a start now"
-    return "ready", text, {}
+    allowed = "; its limits allow a start now" if lim is not None else ""
+    workers, busy = job["workers"], job["busy_workers"]
+    if workers and busy == workers:
+        # Not a limit: every worker that could take it was busy at its supervisor's last heartbeat.
+        plural = "s" if workers != 1 else ""
+        text = (
+            f"ready, waiting for a free worker: the {workers} worker{plural} of the live supervisors that run it "
+            f"{'were' if plural else 'was'} busy at their last heartbeat{allowed}"
+        )
+        return "workers_busy", text, {"workers": workers, "busy_workers": busy}
+    return "ready", f"ready: it should start within the poll{allowed}", {"workers": workers, "busy_workers": busy}
 
 
 def _held(limit: int, held: int, holders: Sequence[int] | None) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import one_row
 from jobsup.errors import BadInput
 from jobsup.limits import Limits
+from jobsup.ops.snapshot import THROTTLED_COUNTED, LimitedKind, limited_kinds
 
 # How long a change that makes a kind limited waits for transactions begun before it, which may be
 # inserting jobs of the kind unmarked (their trigger ran before the limit existed), to mark them too.
@@ -165,11 +166,17 @@ def _mark_late_inserts(conn: psycopg.Connection, kind: str, limited: bool) -> No
 
 
 def list_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
-    """Every kind with a row in jobsup.limits, as `jobsup limit --json` prints it."""
+    """Every kind with a row in jobsup.limits, as `jobsup limit --json` prints it: with what a limited
+    kind holds, and its ready jobs split as `jobsup stats` and the console split them: `throttled`
+    (held back by its limits) and `startable` (allowed to start now: they wait for a free worker)."""
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(SQL["limits_list"]).fetchall()
+        counted = {
+            k.kind: k for k in limited_kinds(cur.execute(SQL["limited_kinds"], {"counted": THROTTLED_COUNTED + 1}))
+        }
     out = []
     for row in rows:
+        figures = counted.get(row["kind"]) or LimitedKind(row["kind"], Limits())
         out.append(
             {
                 "kind": row["kind"],
@@ -178,8 +185,10 @@ def list_limits(conn: psycopg.Connection) -> list[dict[str, Any]]:
                 "declared_by": row["declared_by"],
                 "set_by": row["set_by"],
                 "set_at": row["set_at"].isoformat() if row["set_at"] else None,
-                "held": row["held"],
-                "throttled": row["throttled"],
+                "held": figures.held,
+                "throttled": figures.throttled,
+                "throttled_capped": figures.throttled_capped,
+                "startable": figures.startable,
                 "next_start": row["next_start"].isoformat() if row["next_start"] else None,
             }
         )

@@ -154,6 +154,12 @@ def limit_gauges(kinds: list[LimitedKind]) -> Iterator:
         f"Ready jobs of a limited kind held back by its limits (throttled), counted up to {THROTTLED_COUNTED:,}",
         labels=["kind"],
     )
+    startable = GaugeMetricFamily(
+        "jobsup_limit_startable_jobs",
+        "Ready jobs of a limited kind that its limits allow to start now: they wait for a free worker, "
+        f"not for a limit; counted up to {THROTTLED_COUNTED:,}",
+        labels=["kind"],
+    )
     throttled_age = GaugeMetricFamily(
         "jobsup_limit_throttled_age_seconds",
         "How long the oldest throttled job of a limited kind has waited (from its run_at); "
@@ -163,13 +169,14 @@ def limit_gauges(kinds: list[LimitedKind]) -> Iterator:
     for k in kinds:
         held.add_metric([k.kind], k.held)
         throttled.add_metric([k.kind], k.throttled)
+        startable.add_metric([k.kind], k.startable)
         if k.limits.concurrency is not None:
             concurrency.add_metric([k.kind], k.limits.concurrency)
         if k.limits.rate is not None:
             rate.add_metric([k.kind], k.limits.rate.count / k.limits.rate.period)
         if k.throttled_age is not None:
             throttled_age.add_metric([k.kind], k.throttled_age)
-    yield from (held, concurrency, rate, throttled, throttled_age)
+    yield from (held, concurrency, rate, throttled, startable, throttled_age)
 
 
 def serve(dsn: str, host: str, port: int, ready: threading.Event | None = None) -> None:

@@ -29,9 +29,9 @@ TOTAL_COLUMNS = ("done", "failed", "dead", "cancelled")
 COUNT_COLUMNS = LIVE_COLUMNS + TOTAL_COLUMNS
 # Every count of a kind, in the order `jobsup stats` shows them: a job waits, is ready, runs, finishes.
 KIND_COLUMNS = WAITING_COLUMNS + COUNT_COLUMNS
-# Throttled jobs of a limited kind (ready, held back by its limits) are counted up to this many: a kind
-# may have a million throttled, and each refresh of the console and each scrape reads them (limited_kinds,
-# snapshot.sql).
+# The ready jobs of a limited kind (throttled: held back by its limits; startable: allowed to start, they
+# wait for a worker) are counted up to this many: a kind may have a million ready, and each refresh of
+# the console and each scrape reads them (limited_kinds, snapshot.sql).
 THROTTLED_COUNTED = 10_000
 
 
@@ -50,16 +50,18 @@ class KindCounts:
 
 @dataclass(frozen=True)
 class LimitedKind:
-    """A kind with a limit in force, the jobs held against it and those it throttles (ready, held back)."""
+    """A kind with a limit in force, the jobs held against it, and its ready jobs: those its limits hold
+    back (throttled) and those they allow to start now (startable), which wait for a free worker."""
 
     kind: str
     limits: Limits
     held: int = 0  # running jobs of the kind: what its concurrency limit counts
-    throttled: int = 0  # ready jobs of the kind not yet claimed, counted up to THROTTLED_COUNTED
-    throttled_capped: bool = False  # more than THROTTLED_COUNTED throttled: `throttled` stopped there
+    throttled: int = 0  # ready jobs of the kind its limits hold back now, counted up to THROTTLED_COUNTED
+    throttled_capped: bool = False  # more than THROTTLED_COUNTED ready, some throttled: `throttled` stopped there
     throttled_age: float | None = None  # seconds the oldest throttled job has waited; None with none throttled
     set_by: str | None = None  # the operator whose values are in force; None: the app's declaration
     declared: Limits | None = None  # what the app of the last supervisor to start declared; None: no app did
+    startable: int = 0  # ready jobs of the kind its limits allow to start now: they wait for a free worker
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> LimitedKind:
@@ -69,10 +71,11 @@ class LimitedKind:
             Limits.from_columns(row),
             held=row["held"],
             throttled=min(row["throttled"], THROTTLED_COUNTED),
-            throttled_capped=row["throttled"] > THROTTLED_COUNTED,
+            throttled_capped=row["throttled"] > 0 and row["ready"] > THROTTLED_COUNTED,
             throttled_age=row["throttled_age"],
             set_by=row["set_by"],
             declared=None if row["declared"] is None else Limits.from_json(row["kind"], row["declared"]),
+            startable=min(row["startable"], THROTTLED_COUNTED),
         )
 
     @property
@@ -93,6 +96,7 @@ class LimitedKind:
             "throttled": self.throttled,
             "throttled_capped": self.throttled_capped,
             "throttled_age": self.throttled_age,
+            "startable": self.startable,
             "set_by": self.set_by,
             "declared": None if self.declared is None else self.declared.to_json(),
         }

@@ -7,6 +7,7 @@ import json
 import logging
 import sys
 import time
+import warnings
 from typing import Any, TextIO
 
 from jobsup.otel import trace_fields
@@ -133,6 +134,23 @@ def route(log: EventLog, logger: str, action: str) -> None:
         target.removeHandler(handler)  # routed again: to the newer log only
     target.addHandler(Routed(log, action))
     target.propagate = False
+
+
+def capture_warnings(log: EventLog) -> None:
+    """This process's Python warnings (a library's deprecation, say) as `python.warning` lines of `log`,
+    in its format: Python writes them on stderr as two bare lines, which no JSON reader could take."""
+
+    def show(
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        log("python.warning", "warning", category=category.__name__, message=str(message), at=f"{filename}:{lineno}")
+
+    warnings.showwarning = show
 
 
 def _level_of(levelno: int) -> str:

@@ -66,6 +66,11 @@ def account(job: Job) -> None:
     _run(job)
 
 
+@app.handler("wide", concurrency=50, max_attempts=100)  # a limit far above what the workers can hold
+def wide(job: Job) -> None:
+    _run(job)
+
+
 @app.handler("rated", rate="100/s", max_attempts=100)
 def rated(job: Job) -> None:
     _run(job)

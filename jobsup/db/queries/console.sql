@@ -89,7 +89,8 @@ GROUP BY 1
 -- has.
 -- `keys_seen` counts the keys these reads found.
 WITH l AS (
-    SELECT kind, least(coalesce(period, 60), 60) AS span, least(coalesce(key_period, 60), 60) AS key_span
+    SELECT kind, least(coalesce(period, 60), 60) AS span, least(coalesce(key_period, 60), 60) AS key_span,
+           concurrency, rate, period, burst, tat, key_concurrency, key_rate, key_period, key_burst
     FROM jobsup.limits WHERE limited
 ), started AS (
     SELECT j.kind, j.key, extract(epoch FROM now() - j.started_at) AS ago
@@ -111,8 +112,13 @@ WITH l AS (
     FROM jobsup.jobs j JOIN l ON l.kind = j.kind
     WHERE j.status = 'running' AND j.limited AND j.key IS NOT NULL
     GROUP BY j.kind, j.key
-), throttled AS (
-    SELECT l.kind, w.key, count(*) AS throttled, min(w.run_at) AS oldest
+), kind_held AS (
+    SELECT j.kind, count(*) AS held
+    FROM jobsup.jobs j JOIN l ON l.kind = j.kind
+    WHERE j.status = 'running' AND j.limited
+    GROUP BY j.kind
+), ready AS (
+    SELECT l.kind, w.key, count(*) AS n, min(w.run_at) AS oldest
     FROM l CROSS JOIN LATERAL (
         SELECT j.key, j.run_at FROM jobsup.jobs j
         WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
@@ -120,6 +126,27 @@ WITH l AS (
         LIMIT %(counted)s) w
     WHERE w.key IS NOT NULL
     GROUP BY l.kind, w.key
+), throttled AS (
+    -- Of a key's ready jobs, those that its key's limits or its kind's would not let start now (as
+    -- limited_kinds splits a kind's): the rest are startable, waiting for a worker, not for a limit.
+    SELECT t.kind, t.key, t.throttled, CASE WHEN t.throttled > 0 THEN t.oldest END AS oldest
+    FROM (
+        SELECT r.kind, r.key, r.oldest,
+               r.n - least(r.n,
+                           CASE WHEN l.key_concurrency IS NOT NULL
+                                THEN greatest(0, l.key_concurrency - coalesce(h.held, 0)) END,
+                           CASE WHEN l.key_rate IS NOT NULL
+                                THEN jobsup.rate_room(k.tat, now(), l.key_rate, l.key_period, l.key_burst) END,
+                           CASE WHEN l.concurrency IS NOT NULL
+                                THEN greatest(0, l.concurrency - coalesce(kh.held, 0)) END,
+                           CASE WHEN l.rate IS NOT NULL
+                                THEN jobsup.rate_room(l.tat, now(), l.rate, l.period, l.burst) END) AS throttled
+        FROM ready r
+        JOIN l ON l.kind = r.kind
+        LEFT JOIN held h ON h.kind = r.kind AND h.key = r.key
+        LEFT JOIN kind_held kh ON kh.kind = r.kind
+        LEFT JOIN jobsup.limit_keys k ON k.kind = r.kind AND k.key = r.key
+    ) t
 ), key_jobs AS (
     SELECT coalesce(h.kind, w.kind) AS kind, coalesce(h.key, w.key) AS key, coalesce(h.held, 0) AS held,
            coalesce(w.throttled, 0) AS throttled, w.oldest

@@ -7,7 +7,7 @@
 -- queue and its kind. "Live" is unserved's (supervisors.sql): running, not stopping, and beat within
 -- %(stale_after)s seconds. The supervisors' table holds a row per supervisor: reading it all is cheap.
 WITH live AS (
-    SELECT s.queues, s.kinds FROM jobsup.supervisors s
+    SELECT s.queues, s.kinds, s.workers FROM jobsup.supervisors s
     WHERE s.state = 'running' AND s.heartbeat_at > now() - make_interval(secs => %(stale_after)s::float8)
 )
 SELECT j.id, j.kind, j.queue, j.status, j.attempts, j.max_attempts, j.snoozes, j.run_at, j.started_at,
@@ -23,6 +23,14 @@ SELECT j.id, j.kind, j.queue, j.status, j.attempts, j.max_attempts, j.snoozes, j
        EXISTS (SELECT 1 FROM live WHERE j.queue = ANY(live.queues)) AS queue_served,
        EXISTS (SELECT 1 FROM live WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds)))
            AS kind_served,
+       -- The workers of the live supervisors that can run it, and how many were busy with a job at
+       -- their last heartbeat: a ready job that all of them are busy for waits for a worker, not for a
+       -- limit (one that is starting or idle takes it soon).
+       (SELECT count(*) FROM live, jsonb_array_elements(live.workers) w
+        WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds))) AS workers,
+       (SELECT count(*) FROM live, jsonb_array_elements(live.workers) w
+        WHERE j.queue = ANY(live.queues) AND (live.kinds IS NULL OR j.kind = ANY(live.kinds))
+          AND w ->> 'state' = 'busy') AS busy_workers,
        -- What the supervisors of its queue run instead, for the answer's text.
        (SELECT array_agg(DISTINCT k ORDER BY k) FROM live, unnest(live.kinds) AS k WHERE j.queue = ANY(live.queues))
            AS queue_kinds

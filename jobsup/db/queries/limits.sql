@@ -69,14 +69,10 @@ WHERE xact_start < %(since)s AND backend_xid IS NOT NULL AND pid <> pg_backend_p
   AND datname = current_database()
 
 -- name: limits_list
--- Every kind with a row: its values in force, what the app declared, who set them, and what it holds
--- and has ready now (from the limited indexes; ready jobs counted up to 10,001, so a deep backlog costs
--- a bounded read).
+-- Every kind with a row: its values in force, what the app declared, who set them, and its rate's next
+-- start. What a limited kind holds and has ready is limited_kinds' (snapshot.sql).
 SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.key_rate, l.key_period,
        l.key_burst, l.limited, l.declared, l.declared_by, l.declared_at, l.set_by, l.set_at,
-       (SELECT count(*) FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited) AS held,
-       (SELECT count(*) FROM (SELECT 1 FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'queued'
-                              AND j.limited AND j.run_at <= now() LIMIT 10001) r) AS throttled,
        CASE WHEN l.rate IS NOT NULL THEN jobsup.rate_next(l.tat, now(), l.rate, l.period, l.burst) END AS next_start
 FROM jobsup.limits l ORDER BY l.kind
 

@@ -65,25 +65,55 @@ FROM jobsup.events ORDER BY at DESC LIMIT %(limit)s
 
 -- name: limited_kinds
 -- Each kind with a limit in force (migration 0008): its limits, who set them, the jobs held against
--- them and the jobs they throttle (ready, not yet claimed); read by `jobsup stats`, the console,
--- `jobsup metrics` and `jobsup check`. `held` reads the index of held jobs (running and limited: a
--- worker's job each). `throttled` and `throttled_age` read the first %(counted)s entries of the index of
--- limited ready jobs, in its order (priority, key, run_at), so a kind with a million throttled costs
--- what one with ten thousand does: `throttled` stops counting there, and `throttled_age` (how long the
--- oldest throttled job has waited) is the oldest of the entries read. It is exact for a kind of one
--- priority without keys; otherwise, past that many throttled, an older job of a lower priority or a
--- later key may be left unread: a lower bound.
+-- them, and its ready jobs (queued, due, not yet claimed) split in two: those its limits hold back
+-- (`throttled`) and those they would let start now (`startable`: they wait for a free worker, not for
+-- a limit). Read by `jobsup stats`, `jobsup limit`, the console, `jobsup metrics` and `jobsup check`.
+-- `held` reads the index of held jobs (running and limited: a worker's job each). The ready jobs are
+-- the first %(counted)s entries of the index of limited ready jobs, in its order (priority, key,
+-- run_at), so a kind with a million ready costs what one with ten thousand does: the counts stop
+-- there. Of those, a key's limits let start as many as its room (key_concurrency less the key's held
+-- jobs, and its key_rate's room now), and the kind's limits as many as theirs (concurrency less held,
+-- and its rate's room now): `startable` is the least of these, `throttled` the rest, and
+-- `throttled_age` (how long the oldest ready job has waited; none when nothing is throttled) the
+-- oldest of the entries read. Exact for a kind of one priority without keys; otherwise, past that many
+-- ready, an older job of a lower priority or a later key may be left unread: a lower bound.
 SELECT l.kind, l.concurrency, l.rate, l.period, l.burst, l.key_concurrency, l.key_rate, l.key_period,
-       l.key_burst, l.declared, l.set_by, l.set_at,
-       (SELECT count(*) FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited) AS held,
-       w.throttled, extract(epoch FROM now() - w.oldest)::float8 AS throttled_age
+       l.key_burst, l.declared, l.set_by, l.set_at, h.held, w.ready,
+       w.ready - a.startable AS throttled, a.startable,
+       CASE WHEN w.ready > a.startable THEN extract(epoch FROM now() - w.oldest)::float8 END AS throttled_age
 FROM jobsup.limits l
 CROSS JOIN LATERAL (
-    SELECT count(*) AS throttled, min(r.run_at) AS oldest
-    FROM (SELECT j.run_at FROM jobsup.jobs j
-          WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
-          ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
-          LIMIT %(counted)s) r
+    SELECT count(*) AS held FROM jobsup.jobs j WHERE j.kind = l.kind AND j.status = 'running' AND j.limited
+) h
+CROSS JOIN LATERAL (
+    SELECT coalesce(sum(b.n), 0)::bigint AS ready, min(b.oldest) AS oldest,
+           coalesce(sum(CASE WHEN b.key IS NULL THEN b.n  -- no key: bound by no per-key limit
+                             ELSE least(b.n,
+                                        CASE WHEN l.key_concurrency IS NOT NULL
+                                             THEN greatest(0, l.key_concurrency - coalesce(kh.n, 0)) END,
+                                        CASE WHEN l.key_rate IS NOT NULL
+                                             THEN jobsup.rate_room(k.tat, now(), l.key_rate, l.key_period, l.key_burst)
+                                        END)
+                        END), 0)::bigint AS keys_allow
+    FROM (SELECT r.key, count(*) AS n, min(r.run_at) AS oldest
+          FROM (SELECT j.key, j.run_at FROM jobsup.jobs j
+                WHERE j.kind = l.kind AND j.status = 'queued' AND j.limited AND j.run_at <= now()
+                ORDER BY j.priority DESC, coalesce(j.key, ''), j.run_at, j.id
+                LIMIT %(counted)s) r
+          GROUP BY r.key) b
+    -- What each key holds: one read of the kind's held jobs (a worker's job each), not one per key.
+    LEFT JOIN (
+        SELECT j.key, count(*) AS n FROM jobsup.jobs j
+        WHERE l.key_concurrency IS NOT NULL AND j.kind = l.kind AND j.status = 'running' AND j.limited
+        GROUP BY j.key
+    ) kh ON kh.key = b.key
+    LEFT JOIN jobsup.limit_keys k ON l.key_rate IS NOT NULL AND k.kind = l.kind AND k.key = b.key
 ) w
+CROSS JOIN LATERAL (
+    SELECT least(w.ready, w.keys_allow,
+                 CASE WHEN l.concurrency IS NOT NULL THEN greatest(0, l.concurrency - h.held) END,
+                 CASE WHEN l.rate IS NOT NULL THEN jobsup.rate_room(l.tat, now(), l.rate, l.period, l.burst) END
+           ) AS startable
+) a
 WHERE l.limited
 ORDER BY l.kind
