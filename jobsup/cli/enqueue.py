@@ -258,7 +258,7 @@ def run(args: argparse.Namespace) -> int:
     elif job_id is None:
         print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
     elif spec.after:
-        print(f"enqueued job {job_id}, after {', '.join(map(str, spec.after))}")
+        print(f"enqueued job {job_id}, after {', '.join(map(str, dict.fromkeys(spec.after)))}")
     else:
         print(f"enqueued job {job_id}")
     return EXIT_OK
