@@ -5,7 +5,9 @@ Nothing but the command runs this module: importing it changes the process's SIG
 import os
 import signal
 import sys
+import time
 
+STARTED = time.perf_counter()  # the command's clock starts here: the time a command reports is from now
 EXIT_INTERRUPTED = 130  # errors.EXIT_INTERRUPTED, not imported: this module must need nothing
 
 
@@ -27,7 +29,7 @@ def main() -> int:
     load_commands(COMMANDS)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
-        return cli_main()
+        return cli_main(started=STARTED)
     except KeyboardInterrupt:  # outside a command's run: while the arguments are parsed, say
         return EXIT_INTERRUPTED
 

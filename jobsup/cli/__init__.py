@@ -14,6 +14,7 @@ import importlib
 import os
 import select
 import sys
+import time
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -90,13 +91,15 @@ def _reader_gone(stream: object) -> bool:
         return True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """Run the command `argv` (sys.argv's by default); its exit status. `started`: when the command
+    began, by time.perf_counter (the entry point's first line), for the commands that report their time."""
     # The standard output of every command, its --help included, goes through here once: a closed pipe
     # is handled in one place, not by each print.
     stdout_was_devnull = _is_devnull(sys.stdout)
     try:
         try:
-            return _main(argv)
+            return _main(argv, time.perf_counter() if started is None else started)
         finally:
             # Flushed here, where a broken pipe can still be caught: the interpreter's own flush at
             # exit would print "Exception ignored ... BrokenPipeError" and exit 120.
@@ -118,11 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def _main(argv: Sequence[str] | None) -> int:
+def _main(argv: Sequence[str] | None, started: float) -> int:
     # jobsup.__main__ imports this package and every command's module while a Ctrl-C ends the process
     # with 130 at once; from then on it is a KeyboardInterrupt, caught here from the parse on.
     try:
         args = build_parser().parse_args(argv)
+        args.started = started
         return int(args.run(args))
     except JobsupError as exc:
         print(f"jobsup: error: {exc}", file=sys.stderr)
