@@ -121,3 +121,12 @@ def test_a_server_that_cannot_start_names_the_cause_from_its_log(data_dir):
     assert f"could not start the embedded PostgreSQL in {data_dir}" in line, line
     assert "shared_buffers" in line or "configuration file" in line, line  # the log's own words
     assert f"see {data_dir / 'log'}" in line and (data_dir / "log").exists(), line
+
+
+def test_an_initdb_that_fails_says_why_in_its_own_words_and_leaves_nothing(data_dir):
+    done = jobsup("migrate", env={**_env(data_dir), "LC_ALL": "xx_XX.UTF-8"}, timeout=120)
+    assert done.returncode == 1
+    [line] = done.stderr.splitlines()
+    assert f"could not create the embedded PostgreSQL in {data_dir}: initdb failed: invalid locale" in line, line
+    assert not data_dir.exists() and not _creating(data_dir).exists()
+    assert jobsup("migrate", env=_env(data_dir), timeout=120).returncode == 0  # the cause gone, it works

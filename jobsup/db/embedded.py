@@ -140,7 +140,10 @@ def _initdb(target: Path) -> None:
     )
     if done.returncode != 0:
         said = [line for line in done.stderr.splitlines() if line.strip()]
-        raise DatabaseUnavailable(f"initdb failed: {said[-1] if said else f'exit status {done.returncode}'}")
+        # Its last line is the cause ("initdb: error: invalid locale settings; check LANG and ..."),
+        # named here without the program's own prefix.
+        cause = re.sub(r"^initdb: (error: )?", "", said[-1]) if said else f"exit status {done.returncode}"
+        raise DatabaseUnavailable(f"initdb failed: {cause}")
 
 
 def _create(data_dir: Path) -> None:
