@@ -99,6 +99,13 @@ def test_what_an_initdb_interrupted_in_place_left_is_removed_and_made_anew(data_
     assert (data_dir / "global" / "pg_control").exists()
 
 
+def test_an_empty_data_directory_made_beforehand_is_used(data_dir):
+    data_dir.mkdir()  # as a user (or a racing command) may have made it
+    done = jobsup("migrate", env=_env(data_dir), timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert (data_dir / "global" / "pg_control").exists() and not _creating(data_dir).exists()
+
+
 def test_a_directory_of_other_files_is_refused_in_one_line_that_says_what_to_do(data_dir):
     data_dir.mkdir()
     (data_dir / "notes.txt").write_text("mine")
