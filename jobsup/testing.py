@@ -434,3 +434,18 @@ def assert_enqueued(
         f"expected {expected} of {wanted}, found {len(found)}; enqueued were "
         f"{len(everything)}:\n" + more + ("\n".join(lines) if lines else "  (none)")
     )
+
+
+def migrate(database: psycopg.Connection | str | None = None) -> list[str]:
+    """Create or upgrade the jobsup schema, as `jobsup migrate` does, for a test database: in `database`,
+    a connection (inside its transaction, if one is open) or a DSN; None is the database the command
+    line would use (JOBSUP_DSN, DATABASE_URL, else the embedded server). The names of the migrations it
+    applied, such as "0001_initial" (none once the schema is current); safe to run twice and from two
+    processes at once."""
+    from jobsup.db import dsn as dsns
+    from jobsup.db.migrate import migrate as apply
+
+    if isinstance(database, psycopg.Connection):
+        return [f"{m.version:04d}_{m.name}" for m in apply(database)]
+    with dsns.connect(dsns.resolve(database)) as conn:
+        return [f"{m.version:04d}_{m.name}" for m in apply(conn)]

@@ -202,6 +202,7 @@ class Workflow:
             raise BadInput(f"workflow {self.id} is enqueued already")
         if not self.refs:
             raise BadInput("a workflow needs at least one job")
+        self._merge_edges()
         self._refuse_cycle()
         # The enqueue middleware of the process and the app, once per job, as any enqueue runs them; the
         # one-job workflow of `enqueue(..., after=)` has its job's meta from that enqueue already.
@@ -297,6 +298,18 @@ class Workflow:
                 members.append(check_job_id(item, f"{what}="))
         return members
 
+    def _merge_edges(self) -> None:
+        """One edge per parent and child: `after=[a, a]` means after a, once. (Both ends of an edge are
+        named in one call, so the copies of a pair have one policy.)"""
+        seen: set[tuple[tuple[str, int], tuple[str, int]]] = set()
+        merged: list[tuple[Ref | int, Ref | int, str]] = []
+        for parent, child, policy in self.edges:
+            pair = (_node_key(parent), _node_key(child))
+            if pair not in seen:
+                seen.add(pair)
+                merged.append((parent, child, policy))
+        self.edges = merged
+
     def _refuse_cycle(self) -> None:
         """BadInput when the dependencies among this workflow's own jobs go round (Kahn's algorithm)."""
         children: list[list[int]] = [[] for _ in self.refs]
@@ -328,6 +341,11 @@ def _join(conn: psycopg.Connection[Any]) -> None:
 async def _ajoin(conn: psycopg.AsyncConnection[Any]) -> None:
     if not conn.autocommit and conn.info.transaction_status == TransactionStatus.IDLE:
         await conn.execute(_BEGIN)
+
+
+def _node_key(node: Ref | int) -> tuple[str, int]:
+    """A node of the graph as a key: a Ref by its place in its workflow, an existing job by its id."""
+    return ("ref", node.index) if isinstance(node, Ref) else ("job", node)
 
 
 def _id_of(node: Ref | int) -> int:

@@ -5,6 +5,7 @@ server lacks the schema when a command reaches the wrong one."""
 from __future__ import annotations
 
 import argparse
+import signal
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -238,3 +239,85 @@ def test_a_command_on_an_embedded_server_without_the_schema_names_its_data_direc
     assert line.startswith("jobsup: error: the jobsup schema is not in this database"), line
     assert f"the embedded PostgreSQL in {Path(pg_data_dir)}" in line, line
     assert "JOBSUP_DATA_DIR" in line and "--dsn" in line and "jobsup migrate" in line
+
+
+# --- values a minus begins, values from the environment, the flags --help offers ---------------------
+
+
+@pytest.mark.slow  # the CLI in subprocesses
+def test_a_value_that_a_minus_and_a_digit_begin_reaches_the_options_own_check(dsn):
+    # argparse alone takes `-5s` for an unknown option: "expected one argument".
+    cases = [
+        (["enqueue", "k", "--delay", "-5s", "--dsn", dsn], "must be 0 or more, not '-5s'"),
+        (["limit", "k", "--rate", "-1/s", "--dsn", dsn], "not '-1/s'"),
+        (["limit", "k", "--key-rate", "-1/s", "--dsn", dsn], "not '-1/s'"),
+        (["start", "--app", APP, "--lease", "-1.5s", "--dsn", dsn], "must be 0 or more"),
+    ]
+    for (args, code, _out, err), (_, says) in zip(run_all([(args, {}) for args, _ in cases]), cases, strict=True):
+        line = one_line(args, err)
+        assert code == EXIT_USAGE, (args, code, err)
+        assert says in line and "expected one argument" not in line, line
+
+
+@pytest.mark.slow  # the CLI in subprocesses
+def test_a_bad_value_of_a_variable_names_the_variable(dsn):
+    cases = [
+        (["start", "--app", APP, "--dsn", dsn], {"JOBSUP_PROCS": "abc"}),
+        (["start", "--app", APP, "--dsn", dsn], {"JOBSUP_KEEP_DEAD": "-1h"}),
+    ]
+    (_, code, _, err), (_, code2, _, err2) = run_all(cases)
+    assert code == code2 == EXIT_USAGE
+    assert "JOBSUP_PROCS (the default of --procs): not a whole number: 'abc'" in one_line(cases[0][0], err)
+    assert "JOBSUP_KEEP_DEAD (the default of --keep-dead): a duration must be 0 or more" in one_line(cases[1][0], err2)
+    # The flag given on the command line wins, and is what a refusal of it names.
+    [(args, code, _, err)] = run_all([(["start", "--app", APP, "--procs", "x", "--dsn", dsn], {"JOBSUP_PROCS": "x"})])
+    assert code == EXIT_USAGE and "argument --procs: not a whole number: 'x'" in one_line(args, err)
+
+
+def test_db_help_offers_no_dsn_and_db_still_says_why_it_refuses_one(capsys):
+    with pytest.raises(SystemExit):
+        main(["db", "--help"])
+    shown = capsys.readouterr().out
+    assert "--data-dir" in shown and "--dsn" not in shown, shown
+    assert main(["db", "url", "--dsn", "postgresql://u@h/db"]) == EXIT_USAGE
+    assert "--dsn names a server of your own" in capsys.readouterr().err
+
+
+# --- Ctrl-C in the first moments of a command ---------------------------------------------------------
+
+
+# Moments of a command's start, each the end of an import that `-X importtime` reports: the entry
+# point's first lines, the CLI's package (psycopg with it), then what the commands' modules import as
+# the parser loads them one by one (enqueue's, stats', bench's, check's).
+MOMENTS = ["jobsup.__main__", "jobsup.cli", "jobsup.job", "jobsup.ops.snapshot", "jobsup.ops.bench", "jobsup.ops.check"]
+
+
+@pytest.mark.slow  # the CLI in subprocesses
+@pytest.mark.parametrize("after", [0.0, 0.03])
+@pytest.mark.parametrize("moment", MOMENTS)
+def test_a_ctrl_c_in_the_first_moments_of_a_command_exits_130_without_a_traceback(dsn, moment, after):
+    # Before jobsup.__main__ has run, Python itself is starting (site, the editable install's finder):
+    # none of jobsup's code can run there.
+    script = Path(sys.executable).with_name("jobsup")  # the console script, run as its shebang would
+    proc = subprocess.Popen(
+        [sys.executable, "-X", "importtime", str(script), "stats", "--dsn", dsn],
+        cwd=ROOT,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        if line.startswith("import time:") and line.rsplit("|", 1)[-1].strip() == moment:
+            break
+    else:
+        pytest.fail(f"{moment} was never imported: {proc.wait()}")
+    try:
+        proc.wait(timeout=after)  # the moment under test, unless the command ends first
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    said = [line for line in err.splitlines() if not line.startswith("import time:")]
+    assert proc.returncode in (0, 130), (proc.returncode, said)
+    assert not [line for line in said if "Traceback" in line or "KeyboardInterrupt" in line], said

@@ -277,6 +277,7 @@ def test_a_limit_set_or_removed_moves_the_kinds_live_jobs_between_the_claims(con
 
 def test_jobsup_limit_lists_sets_resets_and_removes(dsn, conn):
     assert run_jobsup("limit", "--dsn", dsn).stdout.strip() == "no limits"
+    jobsup.enqueue(conn, "mail")  # a kind that exists: no --new-kind needed
     done = run_jobsup("limit", "mail", "--concurrency", "3", "--rate", "100/m", "--dsn", dsn)
     assert done.returncode == 0 and "mail: concurrency 3, rate 100/m" in done.stdout
     listed = run_jobsup("limit", "--json", "--dsn", dsn)
@@ -286,6 +287,38 @@ def test_jobsup_limit_lists_sets_resets_and_removes(dsn, conn):
     assert limits.in_force(conn) == ["mail"]
     assert run_jobsup("limit", "mail", "--remove", "--dsn", dsn).returncode == 0
     assert limits.in_force(conn) == []
+
+
+def test_jobsup_limit_refuses_a_kind_nothing_knows_without_new_kind_and_leaves_no_row_once_removed(dsn, conn):
+    # A typo of a kind: no handler declares it, no job has it. One line, exit 2, nothing written.
+    done = run_jobsup("limit", "chargee", "--concurrency", "1", "--dsn", dsn)
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()
+    assert "no handler declares kind 'chargee' and no job has it" in line and "--new-kind" in line, line
+    assert conn.execute("SELECT count(*) FROM jobsup.limits").fetchone() == (0,)
+    # Known from a job, from a finished one, from a live supervisor's app, from an app's declaration.
+    jobsup.enqueue(conn, "charge")
+    assert run_jobsup("limit", "charge", "--concurrency", "1", "--dsn", dsn).returncode == 0
+    conn.execute("INSERT INTO jobsup.kind_totals (kind, slot, done) VALUES ('report', 0, 1)")
+    conn.execute(
+        "INSERT INTO jobsup.supervisors (id, host, pid, version, queues, procs, kinds) "
+        "VALUES ('sup-x', 'h', 1, 'v', '{default}', 1, '{export}')"
+    )
+    limits.declare(conn, {"paced": Limits.of("paced", rate="5/s")}, ["paced"], "app@h")
+    for known in ("report", "export", "paced"):
+        assert limits.kind_known(conn, known), known
+    # Asked for by name: a kind whose first job is still to come.
+    done = run_jobsup("limit", "chargee", "--concurrency", "1", "--new-kind", "--dsn", dsn)
+    assert done.returncode == 0, done.stderr
+    # --remove and --reset of a kind no app limits leave no row: the list no longer shows it.
+    assert run_jobsup("limit", "chargee", "--remove", "--dsn", dsn).returncode == 0
+    assert run_jobsup("limit", "charge", "--concurrency", "2", "--dsn", dsn).returncode == 0
+    assert run_jobsup("limit", "charge", "--reset", "--dsn", dsn).returncode == 0
+    assert [r[0] for r in conn.execute("SELECT kind FROM jobsup.limits ORDER BY kind")] == ["paced"]
+    assert "chargee" not in run_jobsup("limit", "--dsn", dsn).stdout
+    # Removed over an app's declaration: the row stays, as the operator's "none" wins until --reset.
+    assert run_jobsup("limit", "paced", "--remove", "--dsn", dsn).returncode == 0
+    assert conn.execute("SELECT set_by IS NOT NULL FROM jobsup.limits WHERE kind = 'paced'").fetchone() == (True,)
 
 
 # --- jobsup.testing.drain ------------------------------------------------------------------------

@@ -180,3 +180,34 @@ def test_drain_in_processes_from_a_script_without_the_main_guard_says_so_and_run
     guarded, log = script('if __name__ == "__main__":\n    run()')
     assert guarded.returncode == 0, guarded.stderr
     assert guarded.stdout == "outcomes ['done']\n" and len(log) == 1
+
+
+def test_migrate_sets_up_a_test_database_from_a_dsn_or_a_connection(empty_dsn):
+    import psycopg
+
+    from jobsup.db.migrate import LATEST
+    from jobsup.testing import migrate
+
+    applied = migrate(empty_dsn)
+    assert applied[0] == "0001_initial" and applied[-1].startswith(f"{LATEST:04d}_"), applied
+    assert len(applied) == LATEST
+    with psycopg.connect(empty_dsn) as conn:
+        assert migrate(conn) == []  # current: nothing to apply
+        assert conn.execute("SELECT count(*) FROM jobsup.migrations").fetchone() == (LATEST,)
+
+
+def test_the_place_of_migrate_in_0_1_0_still_works_with_a_deprecation_warning(empty_dsn):
+    import psycopg
+
+    import jobsup.db.migrate
+
+    with pytest.warns(DeprecationWarning, match=r"jobsup\.migrate\.migrate goes .* jobsup\.testing\.migrate"):
+        from jobsup.migrate import migrate
+    assert migrate is jobsup.db.migrate.migrate
+    with pytest.warns(DeprecationWarning, match=r"jobsup\.db\.migrate\.LATEST"):
+        from jobsup.migrate import LATEST
+    assert LATEST == jobsup.db.migrate.LATEST
+    with psycopg.connect(empty_dsn) as conn:
+        assert [m.version for m in migrate(conn)][-1] == LATEST  # 0.1.0's: the Migration records
+    with pytest.raises(ImportError):
+        from jobsup.migrate import nothing_of_the_kind  # noqa: F401

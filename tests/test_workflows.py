@@ -158,3 +158,29 @@ def test_a_cycle_is_refused(conn):
     with pytest.raises(BadInput, match="no job 424242"):
         client.enqueue(conn, "step", after=[424242])
     assert conn.execute("SELECT count(*) FROM jobsup.jobs").fetchone() == (0,)
+
+
+def test_a_parent_given_twice_is_one_parent(conn, capsys):
+    from jobsup.cli import main
+
+    first = client.enqueue(conn, "step")
+    # enqueue(after=[1, 1]), from Python and from the command line, and Workflow.add(after=[a, a],
+    # before=[b, b]): each is after that parent, once, never the database's unique violation.
+    child = client.enqueue(conn, "step", after=[first, first])
+    assert main(["enqueue", "step", "--after", f"{first},{first}", "--after", str(first), "--dsn", conn.info.dsn]) == 0
+    assert capsys.readouterr().out == f"enqueued job {child + 1}, after {first}\n"
+    wf = app.workflow()
+    a = wf.add("step")
+    b = wf.add("step", after=[a, a, first, first])
+    c = wf.add("step", after=[a, a], before=[b, b])
+    wf.enqueue(conn)
+    counts = dict(
+        conn.execute(
+            "SELECT child_id, count(*) FROM jobsup.dependencies WHERE child_id = ANY(%s) GROUP BY child_id",
+            ([child, child + 1, b.id, c.id],),
+        ).fetchall()
+    )
+    assert counts == {child: 1, child + 1: 1, b.id: 3, c.id: 1}  # b: a, first and c
+    assert [p.id for p in parents(conn, child)] == [first]
+    # Its count of parents left is one per parent too: b is released once a, first and c are done.
+    assert conn.execute("SELECT parents_left FROM jobsup.jobs WHERE id = %s", (b.id,)).fetchone() == (3,)

@@ -14,7 +14,9 @@ import importlib
 import os
 import select
 import sys
+import time
 from collections.abc import Sequence
+from types import ModuleType
 
 import psycopg
 
@@ -47,19 +49,25 @@ COMMANDS = (
 )
 
 
+def load_commands(names: Sequence[str]) -> list[ModuleType]:
+    """The modules of the commands `names`, imported (the entry point imports them all before it lets a
+    Ctrl-C become a KeyboardInterrupt)."""
+    return [importlib.import_module(f"jobsup.cli.{name.replace('-', '_')}") for name in names]
+
+
 def build_parser() -> argparse.ArgumentParser:
     from jobsup import __version__
 
-    db = options.database_options()
+    db, embedded_only = options.database_options(), options.database_options(dsn=False)
     parser = options.Parser(
         prog="jobsup", description="A PostgreSQL job queue with a process supervisor and a console."
     )
     parser.add_argument("--version", action="version", version=f"jobsup {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=options.Parser)
     sub.required = True
-    for name in COMMANDS:
-        module = importlib.import_module(f"jobsup.cli.{name.replace('-', '_')}")
-        module.configure(sub.add_parser(name, parents=[db], help=module.HELP))
+    for name, module in zip(COMMANDS, load_commands(COMMANDS), strict=True):
+        parent = embedded_only if getattr(module, "EMBEDDED_ONLY", False) else db
+        module.configure(sub.add_parser(name, parents=[parent], help=module.HELP))
     return parser
 
 
@@ -83,13 +91,15 @@ def _reader_gone(stream: object) -> bool:
         return True
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def main(argv: Sequence[str] | None = None, started: float | None = None) -> int:
+    """Run the command `argv` (sys.argv's by default); its exit status. `started`: when the command
+    began, by time.perf_counter (the entry point's first line), for the commands that report their time."""
     # The standard output of every command, its --help included, goes through here once: a closed pipe
     # is handled in one place, not by each print.
     stdout_was_devnull = _is_devnull(sys.stdout)
     try:
         try:
-            return _main(argv)
+            return _main(argv, time.perf_counter() if started is None else started)
         finally:
             # Flushed here, where a broken pipe can still be caught: the interpreter's own flush at
             # exit would print "Exception ignored ... BrokenPipeError" and exit 120.
@@ -111,11 +121,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
-def _main(argv: Sequence[str] | None) -> int:
-    # What main needs is imported with this module, which jobsup.__main__ imports inside its own
-    # KeyboardInterrupt handler: a Ctrl-C while psycopg loads exits 130 quietly too.
-    args = build_parser().parse_args(argv)
+def _main(argv: Sequence[str] | None, started: float) -> int:
+    # jobsup.__main__ imports this package and every command's module while a Ctrl-C ends the process
+    # with 130 at once; from then on it is a KeyboardInterrupt, caught here from the parse on.
     try:
+        args = build_parser().parse_args(argv)
+        args.started = started
         return int(args.run(args))
     except JobsupError as exc:
         print(f"jobsup: error: {exc}", file=sys.stderr)

@@ -9,6 +9,8 @@ from jobsup.db import embedded
 from jobsup.errors import EXIT_FAILURE, EXIT_OK, BadInput
 
 HELP = "the embedded PostgreSQL: start, url, stop"
+# Its --help offers --data-dir alone: --dsn names a server of the user's own, which this never touches.
+EMBEDDED_ONLY = True
 
 
 def configure(p: argparse.ArgumentParser) -> None:

@@ -5,10 +5,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from jobsup.cli.options import connect, duration, integer, iso_time, job_ids, kind, positive_int
 from jobsup.durations import parse_duration
@@ -16,6 +17,8 @@ from jobsup.errors import EXIT_OK, BadInput
 from jobsup.job import PARENT_FAILURE_POLICIES, EncodedPayload, JobSpec, make_spec
 
 if TYPE_CHECKING:
+    from rich.progress import Progress
+
     from jobsup.app import App
 
 HELP = "enqueue a job, or many from a JSON-lines file"
@@ -23,6 +26,9 @@ HELP = "enqueue a job, or many from a JSON-lines file"
 # Rows per statement of a bulk enqueue: large enough to amortise the round trip, small enough to show
 # progress. The whole file still goes in one transaction.
 ENQUEUE_CHUNK = 10_000
+# Lines read between two updates of the progress bar while the file is checked: often enough to move,
+# rarely enough that a million lines cost the bar a hundred updates.
+PROGRESS_LINES = 10_000
 
 
 def configure(p: argparse.ArgumentParser) -> None:
@@ -84,7 +90,8 @@ def configure(p: argparse.ArgumentParser) -> None:
         "--json",
         action="store_true",
         help='one JSON object: {"id": N or null, "skipped": bool}, with --file '
-        '{"enqueued": N, "skipped": N, "seconds": S}',
+        '{"enqueued": N, "skipped": N, "seconds": S, "checking_seconds": S} (the whole command, and '
+        "the part spent reading and checking the file)",
     )
     p.set_defaults(run=run)
 
@@ -171,7 +178,9 @@ def _spec_from_line(number: int, line: str, defaults: dict[str, Any] | None = No
         raise BadInput(f"line {number}: {exc}") from None
 
 
-def _read_specs(path: str, defaults: dict[str, Any] | None = None, app: App | None = None) -> list[JobSpec]:
+def _read_specs(
+    path: str, defaults: dict[str, Any] | None = None, app: App | None = None, progress: Progress | None = None
+) -> list[JobSpec]:
     try:
         # Bytes, decoded line by line: a line that is not UTF-8 is named like any other bad line
         # (standard input's text layer would pass it on as surrogates, for the server to refuse).
@@ -180,8 +189,12 @@ def _read_specs(path: str, defaults: dict[str, Any] | None = None, app: App | No
         raise BadInput(f"cannot read {path}: {exc.strerror}") from None
     specs = []
     with handle:
+        size = _size(handle)
+        task = None if progress is None else progress.add_task("reading and checking", total=size)
+        read = shown = 0
         try:
             for number, raw in enumerate(handle, start=1):
+                read += len(raw)
                 try:
                     line = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
@@ -190,9 +203,25 @@ def _read_specs(path: str, defaults: dict[str, Any] | None = None, app: App | No
                     ) from None
                 if line.strip():
                     specs.append(_spec_from_line(number, line, defaults, app))
+                if task is not None and (number - shown >= PROGRESS_LINES or number == 1):
+                    assert progress is not None
+                    progress.update(task, completed=read, description=f"reading and checking: {number:,} lines")
+                    shown = number
         except OSError as exc:  # a directory, or a read error
             raise BadInput(f"cannot read {path}: {exc.strerror}") from None
+        if task is not None:
+            assert progress is not None
+            progress.update(task, completed=read, total=read, visible=False)
     return specs
+
+
+def _size(handle: BinaryIO) -> int | None:
+    """The size of a regular file, for the progress bar; None for a pipe or a terminal."""
+    try:
+        status = os.fstat(handle.fileno())
+    except (OSError, ValueError):
+        return None
+    return status.st_size if stat.S_ISREG(status.st_mode) else None
 
 
 def _jobs(n: int) -> str:
@@ -202,29 +231,50 @@ def _jobs(n: int) -> str:
 def _enqueue_file(args: argparse.Namespace) -> int:
     from rich.progress import Progress
 
-    from jobsup.client import enqueue_many
-
+    # The whole command is timed, from the entry point's first line (args.started): reading and
+    # checking the file (most of it, on a large file) and loading the command included.
+    started = args.started
     if args.unique_key is not None:
         raise BadInput('--unique-key names one job; with --file, give each line its own "unique_key"')
     app = _load_app(args.app)
-    specs = _read_specs(args.file, _flags(args), app)  # all of it is checked before anything is written
-    started = time.perf_counter()
+    with Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
+        # All of it is checked before anything is written; the bar moves from the first line read.
+        reading = time.perf_counter()
+        specs = _read_specs(args.file, _flags(args), app, progress)
+        checked = time.perf_counter() - reading
+        inserted = _write(args, specs, progress)
+    skipped = len(specs) - inserted
+    took = time.perf_counter() - started
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "enqueued": inserted,
+                    "skipped": skipped,
+                    "seconds": round(took, 3),
+                    "checking_seconds": round(checked, 3),
+                }
+            )
+        )
+        return EXIT_OK
+    note = f" ({skipped} skipped: unique_key already queued or running)" if skipped else ""
+    print(f"enqueued {_jobs(inserted)} in {took:.2f}s ({checked:.2f}s of it reading and checking){note}")
+    return EXIT_OK
+
+
+def _write(args: argparse.Namespace, specs: list[JobSpec], progress: Progress) -> int:
+    """Enqueue `specs` in one transaction, in chunks that move the bar; how many were inserted."""
+    from jobsup.client import enqueue_many
+
     inserted = 0
-    with connect(args) as conn, Progress(transient=True, disable=not sys.stderr.isatty()) as progress:
+    with connect(args) as conn:
         task = progress.add_task("enqueueing", total=len(specs))
         with conn.transaction():
             for start in range(0, len(specs), ENQUEUE_CHUNK):
                 chunk = specs[start : start + ENQUEUE_CHUNK]
                 inserted += sum(1 for job_id in enqueue_many(conn, chunk) if job_id is not None)
                 progress.advance(task, len(chunk))
-    skipped = len(specs) - inserted
-    took = time.perf_counter() - started
-    if args.json:
-        print(json.dumps({"enqueued": inserted, "skipped": skipped, "seconds": round(took, 3)}))
-        return EXIT_OK
-    note = f" ({skipped} skipped: unique_key already queued or running)" if skipped else ""
-    print(f"enqueued {_jobs(inserted)} in {took:.2f}s{note}")
-    return EXIT_OK
+    return inserted
 
 
 def run(args: argparse.Namespace) -> int:
@@ -258,7 +308,7 @@ def run(args: argparse.Namespace) -> int:
     elif job_id is None:
         print(f"skipped: a job with unique key {args.unique_key!r} is already queued or running")
     elif spec.after:
-        print(f"enqueued job {job_id}, after {', '.join(map(str, spec.after))}")
+        print(f"enqueued job {job_id}, after {', '.join(map(str, dict.fromkeys(spec.after)))}")
     else:
         print(f"enqueued job {job_id}")
     return EXIT_OK

@@ -38,8 +38,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--key-concurrency", metavar="N", help="at most N jobs of one key held at once (none: no limit)")
     p.add_argument("--key-rate", metavar="R", help="at most R starts of one key, such as 10/s (none: no limit)")
     p.add_argument("--key-burst", metavar="N", help="with --key-rate: up to N starts of one key at once")
+    p.add_argument(
+        "--new-kind",
+        action="store_true",
+        help="set limits on a kind that no handler declares and no job has yet (refused without it: a typo?)",
+    )
     p.add_argument("--reset", action="store_true", help="drop the operator's values: what the app declares is in force")
-    p.add_argument("--remove", action="store_true", help="no limits on KIND, whatever the app declares (until --reset)")
+    p.add_argument(
+        "--remove",
+        action="store_true",
+        help="no limits on KIND, whatever the app declares (until --reset); a kind no app limits keeps no row",
+    )
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(run=run)
 
@@ -56,7 +65,7 @@ def _given(args: argparse.Namespace) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from jobsup.ops.control import operator
-    from jobsup.ops.limits import check_kind, list_limits, reset, set_limits
+    from jobsup.ops.limits import check_kind, kind_known, list_limits, reset, set_limits
 
     given = _given(args)
     changing = bool(given) or args.reset or args.remove
@@ -66,6 +75,8 @@ def run(args: argparse.Namespace) -> int:
         raise BadInput("name the KIND whose limits to change: jobsup limit KIND --concurrency 3")
     if sum((bool(given), args.reset, args.remove)) > 1:
         raise BadInput("give new values, --reset or --remove, one of them")
+    if args.new_kind and not given:
+        raise BadInput("--new-kind goes with new values: jobsup limit KIND --concurrency 3 --new-kind")
     if given:
         # Checked in full before anything is written: a bad value is one line and no change.
         from jobsup.limits import Limits
@@ -79,6 +90,11 @@ def run(args: argparse.Namespace) -> int:
                 conn, args.kind, operator(), concurrency=None, rate=None, key_concurrency=None, key_rate=None
             )
         elif given:
+            if not args.new_kind and not kind_known(conn, args.kind):
+                raise BadInput(
+                    f"no handler declares kind {args.kind!r} and no job has it (a typo?); "
+                    "to limit it before its first job, add --new-kind"
+                )
             change = set_limits(conn, args.kind, operator(), **given)
         else:
             rows = list_limits(conn)

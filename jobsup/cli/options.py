@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Callable
 from datetime import datetime
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from jobsup.db import embedded
 from jobsup.durations import parse_duration
@@ -22,11 +23,41 @@ if TYPE_CHECKING:
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 
 
+# What argparse takes for a value rather than an option: anything a minus and a digit begin (argparse's
+# own rule, -5 or -0.5, would leave `--delay -5s` and `--rate -1/s` "expected one argument" instead of
+# the option's own refusal). No jobsup option is a minus and a digit.
+_NEGATIVE_LOOKING = re.compile(r"^-\.?\d")
+# How an option's help names the variable it comes from (env_note's words).
+_ENV_IN_HELP = re.compile(r"\benv (JOBSUP_[A-Z0-9_]+)")
+
+
 class Parser(argparse.ArgumentParser):
     """argparse that exits with EXIT_USAGE and one line, like every other refusal of jobsup."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = _NEGATIVE_LOOKING
+
     def error(self, message: str) -> NoReturn:
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        self._typed = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
+    def _get_value(self, action: argparse.Action, arg_string: str) -> Any:
+        # A default that came from a JOBSUP_* variable is checked by the option's type like a value
+        # typed after the flag: a refusal then names the variable the user set, not a flag never typed.
+        try:
+            return super()._get_value(action, arg_string)
+        except argparse.ArgumentError as exc:
+            named = _ENV_IN_HELP.search(action.help or "")
+            typed = any(a.split("=")[0] in action.option_strings for a in getattr(self, "_typed", ()))
+            if named and not typed and arg_string == action.default and os.environ.get(named[1]) == arg_string:
+                raise argparse.ArgumentError(
+                    None, f"{named[1]} (the default of {action.option_strings[0]}): {exc.message}"
+                ) from None
+            raise
 
     def print_help(self, file: SupportsWrite[str] | None = None) -> None:
         # argparse's own print_help swallows a write error: `jobsup start --help | head -c 1` would
@@ -189,15 +220,20 @@ def env_note(variable: str, builtin: object) -> str:
     return note.replace("%", "%%")
 
 
-def database_options() -> Parser:
-    """--dsn and --data-dir, shared by every command that talks to the database."""
+def database_options(dsn: bool = True) -> Parser:
+    """--dsn and --data-dir, shared by every command that talks to the database. `dsn=False`: a command
+    of the embedded server alone, whose --help does not offer --dsn (given, the command says why it
+    refuses it)."""
     # A Parser like the subcommands it is a parent of (typeshed's add_parser wants that; argparse
     # takes only its arguments).
     parent = Parser(add_help=False)
     group = parent.add_argument_group("database")
     # The DSN variables are never shown: they may hold a password.
     group.add_argument(
-        "--dsn", help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; default: the embedded server of --data-dir)"
+        "--dsn",
+        help="PostgreSQL DSN (env JOBSUP_DSN, then DATABASE_URL; default: the embedded server of --data-dir)"
+        if dsn
+        else argparse.SUPPRESS,
     )
     group.add_argument(
         "--data-dir",

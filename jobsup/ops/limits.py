@@ -99,6 +99,12 @@ def reset(conn: psycopg.Connection, kind: str, by: str) -> Change:
     return change
 
 
+def kind_known(conn: psycopg.Connection, kind: str) -> bool:
+    """Whether an app declares `kind`, a live supervisor handles it or a job of it exists (or finished):
+    limits for a kind that none of them knows are most likely for a misspelt one."""
+    return bool(one_row(conn.execute(SQL["limit_kind_known"], {"kind": kind}).fetchone(), "limit_kind_known")[0])
+
+
 def _as_given(limits: Limits) -> dict[str, Any]:
     """Limits as Limits.of's keywords, so an operator's change of one dimension keeps the others."""
     return {
@@ -144,6 +150,10 @@ def _change(
         if before != after or declares is None:
             keyed = after.key_concurrency is not None or after.key_rate is not None
             cur.execute(SQL["limit_notify"], {"kind": kind, "limited": after.limited, "keyed": keyed})
+        if not after.limited and not Limits.from_json(kind, row["declared"]).limited:
+            # No limit in force and none an app declares: a row would only list the kind with nothing
+            # (and an operator's "none" would outlive the kind). Without a row the kind is as if never limited.
+            cur.execute(SQL["limit_delete"], {"kind": kind})
     if after.limited != before.limited:
         _mark_late_inserts(conn, kind, after.limited)
     return Change(kind, before, after, declared=declares, set_by=set_by)

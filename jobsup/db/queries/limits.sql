@@ -13,6 +13,15 @@ SELECT kind FROM jobsup.limits WHERE kind = ANY(%(kinds)s::text[])
 -- name: limit_exists
 SELECT 1 FROM jobsup.limits WHERE kind = %(kind)s
 
+-- name: limit_kind_known
+-- Whether anything knows `kind`: an app declared it, a live supervisor's app handles it, a job of it
+-- finished or is in the table. The cheap reads first: the last reads the jobs table when nothing else
+-- knows the kind (a typo), which an operator's command pays once.
+SELECT EXISTS (SELECT 1 FROM jobsup.limits WHERE kind = %(kind)s AND declared_by IS NOT NULL)
+    OR EXISTS (SELECT 1 FROM jobsup.supervisors WHERE %(kind)s = ANY(kinds))
+    OR EXISTS (SELECT 1 FROM jobsup.kind_totals WHERE kind = %(kind)s)
+    OR EXISTS (SELECT 1 FROM jobsup.jobs WHERE kind = %(kind)s)
+
 -- name: limit_insert
 INSERT INTO jobsup.limits (kind) VALUES (%(kind)s) ON CONFLICT (kind) DO NOTHING
 
@@ -31,6 +40,10 @@ SET concurrency = %(concurrency)s, rate = %(rate)s, period = %(period)s, burst =
                WHEN rate = %(rate)s::int AND period = %(period)s::float8 AND burst = %(burst)s::int THEN tat
                ELSE least(tat, now() + make_interval(secs => %(period)s::float8 / %(rate)s::int)) END
 WHERE kind = %(kind)s
+
+-- name: limit_delete
+-- A kind whose row says nothing that no row would not: no limit in force, none declared by an app.
+DELETE FROM jobsup.limits WHERE kind = %(kind)s
 
 -- name: limit_keys_clamp
 -- The per-key rates' next starts, never further off than one interval of a new key rate.
