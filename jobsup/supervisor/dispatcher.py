@@ -197,6 +197,7 @@ class Dispatcher:
         self.finished = 0  # outcomes heard from workers, for the finishing rate
         self.rate = FinishingRate()  # sampled by the claim loop
         self.duration = 1.0  # seconds a handler runs, smoothed; assume slow until the first is measured
+        self.kind_ran: dict[str, float] = {}  # the same for each kind; a kind not seen yet counts as slow
         # Queue latency and run time per kind, added to jobsup.latency with the outcome writes.
         self.tally = tally
         self.latency = Recorder(keep_totals=tally is not None)
@@ -245,6 +246,9 @@ class Dispatcher:
         # sent alone, which made more trips, which kept it looking long (a 2-worker supervisor
         # sharing a core stayed at one job per message and ran at a tenth of the rate).
         self.duration += (DURATION_SMOOTHING if self.finished > 1 else 1.0) * (answer.ran - self.duration)
+        # Each kind's own: whether its jobs are short enough to hand out several at a time.
+        ran = self.kind_ran.get(job.kind)
+        self.kind_ran[job.kind] = answer.ran if ran is None else ran + DURATION_SMOOTHING * (answer.ran - ran)
         self._timed(job, answer.ran)
         record = lifecycle.record_of(job, answer)
         if worker.trace is not None:
@@ -299,6 +303,23 @@ class Dispatcher:
         self.release_buffer.extend((j, None) for j in unstarted)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
+
+    def recalled(self, worker: Worker, jobs: list[Job]) -> None:
+        """A worker gave back `jobs`, handed to it behind one that turned out slow and not started:
+        they go first to the next free worker (or back to the queue, at a shutdown)."""
+        self.log(
+            "jobs.recalled",
+            "debug",
+            pid=worker.pid,
+            behind=worker.job.id if worker.job else None,
+            ids=[j.id for j in jobs],
+        )
+        if self.stopping:
+            self.release_buffer.extend((j, None) for j in jobs)
+            self.flush_wakeup.set()
+            return
+        self.prefetched.extendleft(reversed(jobs))
+        self.hand_out()
 
     def room(self, worker: Worker) -> None:
         """A shared job ended and its process runs others: its place goes to a prefetched job, or to
@@ -835,7 +856,14 @@ class Dispatcher:
                 count = min(count, LIMITED_HANDOUT_MAX)
             if worker.recycle_after is not None:
                 count = max(1, min(count, worker.recycle_after - worker.jobs_done))
-        return [self.prefetched.popleft() for _ in range(min(count, len(self.prefetched)))]
+        jobs = [self.prefetched.popleft()]
+        # Only jobs of kinds whose own run time is short share a hand-out: one of a kind that is slow, or
+        # not seen yet, would hold up the others while another worker is idle.
+        ran = self.kind_ran
+        if count > 1 and ran.get(jobs[0].kind, SHORT_JOB) < SHORT_JOB:
+            while len(jobs) < count and self.prefetched and ran.get(self.prefetched[0].kind, SHORT_JOB) < SHORT_JOB:
+                jobs.append(self.prefetched.popleft())
+        return jobs
 
     def _hand_out_shared(self) -> None:
         """Hand out an app's mix of shared and alone jobs, in the prefetch's order. Shared jobs fill the

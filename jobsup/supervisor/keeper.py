@@ -41,6 +41,9 @@ RECYCLED = "its process was recycled"
 # Causes in a job's errors that say an earlier attempt took its process down: its next attempts run
 # alone, where a crash costs no neighbour anything.
 TOOK_ITS_PROCESS = ("worker exited", "worker killed", "worker vanished", RECYCLED)
+# Jobs handed to a worker behind one that has run this long are taken back for a free worker: short jobs
+# are handed out several at a time, and one of them may turn out slow.
+RECALL_AFTER = 0.05
 # Recycling after --max-jobs-per-proc is spread by up to this fraction, so workers started together
 # are not all replaced together.
 RECYCLE_JITTER = 0.1
@@ -118,6 +121,7 @@ class Worker:
     fault_path: str = ""  # where its faulthandler writes the stack of a fatal signal
     blocked: tuple[float, list[int], int | None] | None = None  # its event loop is blocked: since, jobs, by
     lag: float = 0.0  # seconds its event loop came round late at worst in the last second (shared jobs)
+    recalling: bool = False  # asked to give back the jobs behind the one it runs (SIGUSR1)
 
     @property
     def held(self) -> list[Job]:
@@ -160,6 +164,7 @@ class Keeper:
     on_fatal: Callable[[str], None]  # no worker can start at all
     on_lost_shared: LostShared | None = None
     on_room: Callable[[Worker], None] | None = None  # a process running shared jobs has room for one more
+    on_recalled: Callable[[Worker, list[Job]], None] | None = None  # jobs a worker gave back unstarted
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
@@ -338,6 +343,14 @@ class Keeper:
                 by=culprit,
                 note="a sync call in an async handler blocks the event loop of every job in the process",
             )
+        elif tag == "recalled":
+            worker.recalling = False
+            ids = set(message[1])
+            back = [job for job in worker.jobs if job.id in ids]
+            if back:
+                worker.jobs = deque(job for job in worker.jobs if job.id not in ids)
+                if self.on_recalled is not None:
+                    self.on_recalled(worker, back)
         elif tag == "lag":
             worker.lag = message[1]
         elif tag == "unblocked":
@@ -656,6 +669,10 @@ class Keeper:
             elif worker.sharing:
                 self._check_shared(worker, now)
             elif worker.state == "busy" and worker.job is not None and worker.stop_reason is None:
+                if len(worker.jobs) > 1 and not worker.recalling and now - worker.job_started > RECALL_AFTER:
+                    # Handed out behind a job that turns out slow: they go to a free worker instead.
+                    worker.recalling = True
+                    self._signal(worker, signal.SIGUSR1)
                 limit = self.timeout_of(worker.job.kind)
                 if now - worker.job_started > limit:
                     self.log(

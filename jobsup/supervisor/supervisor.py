@@ -87,6 +87,7 @@ class Supervisor:
             on_fatal=self._fatal,
             on_lost_shared=self._lost_shared,
             on_room=self._room,
+            on_recalled=self._recalled,
         )
         self.dispatcher: Dispatcher | None = None
         self.signals: list[str] = []
@@ -111,6 +112,10 @@ class Supervisor:
     def _lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
         assert self.dispatcher is not None
         self.dispatcher.lost(worker, job, cause, unstarted)
+
+    def _recalled(self, worker: Worker, jobs: list[Job]) -> None:
+        if self.dispatcher is not None:
+            self.dispatcher.recalled(worker, jobs)
 
     def _room(self, worker: Worker) -> None:
         if self.dispatcher is not None:

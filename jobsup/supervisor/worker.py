@@ -22,6 +22,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from functools import partial
 from json.scanner import make_scanner
 from multiprocessing.connection import Connection
@@ -443,6 +444,8 @@ def _serve(
         # signal as before. Without middleware it dies at once, as it always has.
         signal.signal(signal.SIGTERM, lambda signum, frame: _stopped(runner, reader))
 
+    batch = _Batch(fd)
+    signal.signal(signal.SIGUSR1, batch.on_signal)
     sharing = None
     message: tuple | None = None
     while True:
@@ -468,19 +471,60 @@ def _serve(
             continue
         if tag == "jobs":
             # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
-            # one runs: the first it has no answer for.
-            for fields in message[1]:
-                job = job_of(fields)
+            # one runs: the first it has no answer for. Those behind a job that turns out slow are given
+            # back when the supervisor asks (SIGUSR1, _Batch.recall).
+            batch.jobs = message[1]
+            batch.next = 0
+            batch.asked = False  # a request that came while it was idle was for jobs it has finished
+            while batch.next < len(batch.jobs):
+                job = job_of(batch.jobs[batch.next])
+                batch.next += 1
                 started = time.perf_counter()
+                batch.running = True
                 answer = runner.run(job)
+                batch.running = False
                 ran = time.perf_counter() - started
                 if runner.trace is None:
                     send(fd, ("answer", *answer[:-1], ran))
                 else:  # the attempt's trace and span, for the supervisor's log lines about it
                     send(fd, ("answer", *answer[:-1], ran, runner.trace))
+                if batch.asked:
+                    batch.recall()
+            batch.jobs = ()
         # "interrupt": the reason of a SIGTERM for a job it finished meanwhile; "cancel": of a shared job
         # that ended meanwhile
         message = None
+
+
+class _Batch:
+    """The alone jobs a worker was handed together, and giving back those it has not started.
+
+    The supervisor hands short jobs several at a time; when one of them turns out slow, it sends
+    SIGUSR1 and the jobs not started yet go back to it (("recalled", [ids])) for a free worker to run.
+    The handler does it at once while a job runs (the main loop is then inside the job, not touching
+    the batch or the pipe), else it asks the loop to, before the next job starts: either way a job is
+    given back or started, never both."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.jobs: Sequence[tuple[Any, ...]] = ()
+        self.next = 0  # the index of the next job to start
+        self.running = False  # a job of the batch runs now
+        self.asked = False
+
+    def on_signal(self, signum: int, frame: object) -> None:
+        if self.running:
+            self.recall()
+        else:
+            self.asked = True
+
+    def recall(self) -> None:
+        from jobsup.supervisor.wire import send
+
+        self.asked = False
+        back = [fields[0] for fields in self.jobs[self.next :]]
+        self.jobs = self.jobs[: self.next]
+        send(self.fd, ("recalled", back))
 
 
 def run_hooks(runner: Runner, hooks: list, quiet: bool = False) -> None:
