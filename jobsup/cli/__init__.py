@@ -44,6 +44,7 @@ COMMANDS = (
     "limit",
     "explain",
     "workflow",
+    "web",
 )
 
 
