@@ -28,7 +28,9 @@ def test_without_the_token_nothing_is_served(dsn):
     # The right token sets a session cookie and leaves the address bar.
     answer = web.get(f"/dead?token={TOKEN}")
     assert answer.status_code == 303 and answer.headers["location"] == "/dead"
-    assert "httponly" in answer.headers["set-cookie"].lower() and "samesite=strict" in answer.headers["set-cookie"].lower()
+    assert (
+        "httponly" in answer.headers["set-cookie"].lower() and "samesite=strict" in answer.headers["set-cookie"].lower()
+    )
     assert web.get("/dead").status_code == 200
 
 
@@ -158,7 +160,9 @@ def test_mounted_under_a_prefix(dsn, conn):
     assert 'href="/admin/jobs/static/jobsup.css"' in page.text and 'action="/admin/jobs/actions/pause"' in page.text
     assert web.get("/admin/jobs/static/jobsup.js").status_code == 200
     answer = web.post(
-        "/admin/jobs/actions/pause", data={"queue": "default", "csrf": csrf_of(page.text)}, headers={"x-user": "ann"},
+        "/admin/jobs/actions/pause",
+        data={"queue": "default", "csrf": csrf_of(page.text)},
+        headers={"x-user": "ann"},
         follow_redirects=False,
     )
     assert answer.status_code == 303
@@ -188,7 +192,10 @@ def test_hash_password_and_add_user(tmp_path):
     done = jobsup("web", "--hash-password", input="pw\n")
     assert done.returncode == 0 and done.stdout.startswith("scrypt$")
     users = tmp_path / "users"
-    assert jobsup("web", "--add-user", "ann", "--role", "operator", "--users-file", str(users), input="pw\n").returncode == 0
+    assert (
+        jobsup("web", "--add-user", "ann", "--role", "operator", "--users-file", str(users), input="pw\n").returncode
+        == 0
+    )
     assert users.read_text().startswith("ann:operator:scrypt$")
     assert oct(users.stat().st_mode & 0o777) == "0o600"
     bad = jobsup("web", "--users-file", str(tmp_path / "missing"), "--dsn", "postgresql://x@127.0.0.1:1/x")

@@ -38,9 +38,14 @@ def users() -> dict[str, User]:
     return {"olga": User("olga", "operator", _HASHES["olga"]), "vic": User("vic", "viewer", _HASHES["vic"])}
 
 
-def make_dead(conn: psycopg.Connection, kind: str, error: str, n: int = 1, queue: str = "default", payload=None) -> list[int]:
+def make_dead(
+    conn: psycopg.Connection, kind: str, error: str, n: int = 1, queue: str = "default", payload=None
+) -> list[int]:
     """`n` jobs of `kind` that end dead with `error`, through claim and fail as a supervisor does."""
-    ids = [client.enqueue(conn, kind, payload if payload is not None else {"n": i}, max_attempts=1, queue=queue) for i in range(n)]
+    ids = [
+        client.enqueue(conn, kind, payload if payload is not None else {"n": i}, max_attempts=1, queue=queue)
+        for i in range(n)
+    ]
     claimed = lifecycle.claim(conn, [queue], n, "sup-test", 30)
     lifecycle.fail(conn, [Failure(job.id, 1, error) for job in claimed], "sup-test")
     return [i for i in ids if i is not None]
@@ -109,8 +114,6 @@ def web_server(dsn: str, *args: str, env: dict[str, str] | None = None) -> Itera
             proc.stdout.close()
         if proc.stderr:
             proc.stderr.close()
-
-
 
 
 def main_of(html: str) -> str:
