@@ -7,8 +7,8 @@ import httpx
 import pytest
 
 from jobsup import client
-from jobsup.web.app import create_app
 from jobsup.errors import BadInput
+from jobsup.web.app import create_app
 
 from .helpers import jobsup
 from .web_helpers import TOKEN, csrf_of, login_client, main_of, make_dead, sign_in, token_client, web_server

@@ -109,7 +109,8 @@ def test_a_database_that_goes_away_shows_a_banner_and_recovers(dsn, conn, server
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS false")
         admin.execute(
-            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND application_name = 'jobsup web'",
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+            " WHERE datname = %s AND application_name = 'jobsup web'",
             (dbname,),
         )
         try:
