@@ -31,8 +31,7 @@ def test_requeue_one_and_all_of_a_kind_with_the_exact_count(dsn, conn):
     page = web.get("/dead")
     answer = web.post(
         "/actions/requeue",
-        data={"ids": str(one[0]), "csrf": csrf_of(page.text)},
-        headers={"referer": "http://127.0.0.1/dead"},
+        data={"ids": str(one[0]), "csrf": csrf_of(page.text), "back": "/dead"},
     )
     assert answer.status_code == 303 and answer.headers["location"].startswith("/dead?notice=requeued+1")
     assert _status(conn, one[0]) == "queued"

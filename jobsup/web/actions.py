@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
 import psycopg
 from starlette.requests import Request
@@ -27,12 +27,15 @@ Done = tuple[str, str, list[int], str]  # (action, target, job ids, what it did 
 LIMIT_FIELDS = ("concurrency", "rate", "key_concurrency", "key_rate")
 
 
-def _back(request: Request, notice: str) -> Response:
-    """Back to the page the form was on (a path of this app only), with `notice`."""
-    referer = urlsplit(request.headers.get("referer", ""))
+def _back(request: Request, form: dict[str, str], notice: str) -> Response:
+    """Back to the page the form was on (a page of this app only), with `notice`."""
     root = href(request, "/")
-    path = referer.path if referer.path.startswith(root) and not referer.path.startswith(root + "actions") else root
-    return RedirectResponse(f"{path}?{urlencode({'notice': notice})}", status_code=303)
+    back = form.get("back", "")
+    if back.endswith("/dead/confirm"):
+        back = href(request, "/dead")
+    if not back.startswith(root) or back.startswith(href(request, "/actions")) or "//" in back:
+        back = root
+    return RedirectResponse(f"{back}?{urlencode({'notice': notice})}", status_code=303)
 
 
 async def _act(
@@ -62,7 +65,7 @@ async def _act(
     except JobsupError as exc:
         return message(request, "Not done", str(exc), 500)
     request.app.state.boards.board = None  # the next page reads the change, not the board before it
-    return _back(request, said)
+    return _back(request, form, said)
 
 
 def _ids(form: dict[str, str]) -> list[int]:
@@ -201,7 +204,7 @@ async def _limits(request: Request, reset: bool) -> Response:
     except (DatabaseUnavailable, JobsupError) as exc:
         return message(request, "Not done", str(exc), 503)
     request.app.state.boards.board = None
-    return _back(request, said)
+    return _back(request, form, said)
 
 
 async def set_limit(request: Request) -> Response:

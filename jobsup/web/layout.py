@@ -49,8 +49,13 @@ def can_act(request: Request) -> bool:
 
 
 def csrf_field(request: Request) -> Markup:
+    """The hidden fields of every form: its CSRF token, and the page to go back to after it (no
+    Referer is sent: the pages' Referrer-Policy is no-referrer)."""
     signer = request.app.state.signer
-    return tag("input", type="hidden", name="csrf", value=signer.csrf(request.state.csrf_cookie))
+    return Markup(
+        tag("input", type="hidden", name="csrf", value=signer.csrf(request.state.csrf_cookie))
+        + tag("input", type="hidden", name="back", value=request.url.path)
+    )
 
 
 def form(request: Request, action: str, label: str, *fields: Node, confirm: str | None = None, danger=False) -> Markup:
