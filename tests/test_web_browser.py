@@ -9,7 +9,6 @@ import time
 from collections.abc import Iterator
 
 import pytest
-
 from playwright.sync_api import expect
 
 from jobsup import Workflow, client
