@@ -52,8 +52,8 @@ def tag(element: str, /, *children: Node, **attrs: object) -> Markup:
 def table(headers: Iterable[str], rows: Iterable[Iterable[Node]], *, empty: str = "none", **attrs: object) -> Markup:
     """A table; a row of cells per row, `empty` in one cell when there is no row."""
     headers = list(headers)
-    head = tag("tr", [tag("th", h) for h in headers])
+    head = tag("thead", tag("tr", [tag("th", h) for h in headers])) if any(headers) else None
     body = [tag("tr", [tag("td", cell) for cell in row]) for row in rows]
     if not body:
         body = [tag("tr", tag("td", empty, colspan=len(headers) or 1, class_="empty"))]
-    return tag("table", tag("thead", head), tag("tbody", body), **attrs)
+    return tag("table", head, tag("tbody", body), **attrs)

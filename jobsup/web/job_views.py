@@ -116,7 +116,7 @@ async def job_page(request: Request) -> Response:
             ],
             ["trace id", _trace_id(job["meta"]) or ""],
         ],
-        class_="facts",
+        class_="props",
     )
     attempts = table(
         ["attempt", "at", "error"],
@@ -138,6 +138,7 @@ async def job_page(request: Request) -> Response:
         tag("div", _actions(request, job), class_="actions"),
         tag("h2", "Why it is where it is"),
         tag("pre", explanation, id="explain"),
+        tag("h2", "The job"),
         facts,
         tag("h2", "Payload"),
         tag("pre", json.dumps(job["payload"], indent=2, ensure_ascii=False), id="payload"),
