@@ -74,7 +74,11 @@ def main() -> int:
                 s.bind(("127.0.0.1", 0))
                 port = s.getsockname()[1]
             web = subprocess.Popen(
-                jobsup("web", "--port", str(port), "--token", TOKEN), env=env, cwd=ROOT, stdout=subprocess.PIPE, text=True
+                jobsup("web", "--port", str(port), "--token", TOKEN),
+                env=env,
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                text=True,
             )
             procs.append(web)
             assert web.stdout is not None
