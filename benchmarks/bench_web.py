@@ -123,7 +123,8 @@ def load(conn: psycopg.Connection, jobs: int, dead: int, ready: int, kinds: int,
         """INSERT INTO jobsup.jobs (kind, payload, status, attempts, max_attempts, done_at, last_error, errors)
         SELECT 'kind' || mod(i, %(kinds)s), jsonb_build_object('n', i), 'dead', 3, 3, now() - i * interval '1 s',
                'error number ' || mod(i, %(errors)s),
-               jsonb_build_array(jsonb_build_object('attempt', 3, 'at', now(), 'error', 'error number ' || mod(i, %(errors)s)))
+               jsonb_build_array(jsonb_build_object(
+                   'attempt', 3, 'at', now(), 'error', 'error number ' || mod(i, %(errors)s)))
         FROM generate_series(1, %(n)s) AS i""",
         {"n": dead, "kinds": kinds, "errors": errors},
     )

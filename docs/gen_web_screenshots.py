@@ -41,11 +41,11 @@ def feed(conn: psycopg.Connection) -> int:
         client.enqueue(conn, "email", {"fate": "ok", "to": f"user{i}@example.com"})
     for i in range(6):
         client.enqueue(conn, "email", {"fate": "doomed", "to": f"gone{i}@example.com"}, max_attempts=1)
-    for i in range(3):
+    for _ in range(3):
         client.enqueue(conn, "webhook", {"fate": "doomed", "url": "https://hooks.example/orders"}, max_attempts=1)
     for i in range(12):
         client.enqueue(conn, "webhook", {"fate": "ok", "customer": ["acme", "globex"][i % 2]})
-    for i in range(20):
+    for _ in range(20):
         client.enqueue(conn, "report", {"fate": "ok"}, queue="reports", run_at=None)
     wf = Workflow("album")
     wf.group([{"kind": "resize", "payload": {"fate": "ok", "photo": n}} for n in range(4)], then="album")
