@@ -168,9 +168,8 @@ def speed(dsn: str, args: argparse.Namespace) -> bool:
         for name, path in (("overview", ""), ("dead jobs", "dead"), ("a dead job's page", f"jobs/{job_id}")):
             ms = median_ms(http, base + path)
             ok = ok and ms < TARGET_MS
-            print(
-                f"{name}: {ms:.1f} ms (median of {SAMPLES}, no cache): {'under' if ms < TARGET_MS else 'OVER'} {TARGET_MS:g} ms"
-            )
+            verdict = "under" if ms < TARGET_MS else "OVER"
+            print(f"{name}: {ms:.1f} ms (median of {SAMPLES}, no cache): {verdict} {TARGET_MS:g} ms")
     return ok
 
 
