@@ -12,22 +12,34 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
+from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import DatabaseUnavailable, JobsupError
 from jobsup.ops import cron
 from jobsup.ops.cron import ScheduleState
-from jobsup.ops.health import ahealth_warning
-from jobsup.ops.snapshot import Snapshot, arows, asnapshot
+from jobsup.ops.health import health_line
+from jobsup.ops.latency import summarize
+from jobsup.ops.snapshot import (
+    THROTTLED_COUNTED,
+    KindCounts,
+    Snapshot,
+    WorkflowCounts,
+    counts_by_kind,
+    limited_kinds,
+)
 from jobsup.ops.unserved import STALE_AFTER, Unserved
-from jobsup.ops.workflows import Progress, arecent
+from jobsup.ops.workflows import Progress
 from jobsup.web.database import Database
 
 REFRESH = 1.0  # seconds a board is served before it is read again
 DEAD_LISTED = 50  # dead jobs and dead groups on the board
 WORKFLOWS_LISTED = 20
+EVENTS_LISTED = 20  # reaper passes
 
 
 @dataclass(frozen=True)
@@ -57,25 +69,94 @@ def _version(snap: Snapshot, schedules: list[ScheduleState], workflows: list[Pro
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+# The board's statements, in the order _read takes them: those of jobsup.ops.snapshot that the pages show
+# (not the attempts' histogram nor the expiring leases, which read every dead job, and no page shows),
+# and those of the console's header, the unserved jobs, the schedules and the newest workflows.
+def _statements() -> list[tuple[str, dict[str, Any]]]:
+    return [
+        ("live_counts", {}),
+        ("kind_totals", {}),
+        ("dead_jobs", {"limit": DEAD_LISTED, "match": None}),
+        ("dead_groups", {"limit": DEAD_LISTED, "match": None}),
+        ("supervisors", {}),
+        ("recent_events", {"limit": EVENTS_LISTED}),
+        ("queue_pauses", {}),
+        ("latency_read", {}),
+        ("limited_kinds", {"counted": THROTTLED_COUNTED + 1}),
+        ("workflow_counts", {}),
+        ("console_done_last_minute", {}),
+        ("health", {}),
+        ("unserved", {"stale_after": STALE_AFTER}),
+        ("schedule_list", {"orphan_after": cron.ORPHAN_AFTER}),
+        ("workflows_recent", {"limit": WORKFLOWS_LISTED}),
+    ]
+
+
+def _oldest_ready(live: list[dict[str, Any]]) -> dict[str, float]:
+    """Each queue's oldest ready job's age, from live_counts' `oldest` (the console reads it so too).
+
+    >>> _oldest_ready([{"queue": "a", "oldest": 3.0}, {"queue": "a", "oldest": 9.0}, {"queue": "b", "oldest": None}])
+    {'a': 9.0}
+    """
+    ages: dict[str, float] = {}
+    for row in live:
+        if row.get("oldest") is not None:
+            ages[row["queue"]] = max(ages.get(row["queue"], 0.0), row["oldest"])
+    return ages
+
+
 async def _read(conn: psycopg.AsyncConnection) -> Board:
-    # One transaction, so the figures agree with each other, and the server counts one commit a read.
-    async with conn.transaction():
+    # One transaction, so the figures agree with each other and the server counts one commit a read;
+    # sent as a pipeline, so it costs one round trip.
+    cursors = []
+    async with conn.pipeline(), conn.transaction():
         await conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        snap = await asnapshot(conn, dead_limit=DEAD_LISTED)
-        (done,) = await arows(conn, "console_done_last_minute")
-        health = await ahealth_warning(conn)
-        unserved = [Unserved(**row) for row in await arows(conn, "unserved", stale_after=STALE_AFTER)]
-        schedules = await cron.alist_schedules(conn)
-        workflows = await arecent(conn, WORKFLOWS_LISTED)
+        for name, params in _statements():
+            cur = conn.cursor(row_factory=dict_row)
+            await cur.execute(SQL[name], params)
+            cursors.append(cur)
+    (
+        live,
+        totals,
+        dead_jobs,
+        dead_groups,
+        supervisors,
+        events,
+        paused,
+        latency,
+        limits,
+        (workflow_counts,),
+        (done,),
+        (health,),
+        unserved,
+        schedules,
+        workflows,
+    ) = [await cur.fetchall() for cur in cursors]
+    kinds = [KindCounts(kind, **counts) for kind, counts in sorted(counts_by_kind(live, totals).items())]
+    snap = Snapshot(
+        taken_at=datetime.now(UTC),
+        kinds=kinds,
+        oldest_ready=_oldest_ready(live),
+        dead_jobs=dead_jobs,
+        dead_groups=dead_groups,
+        supervisors=supervisors,
+        events=events,
+        paused_queues=paused,
+        latency=summarize(latency),
+        limits=limited_kinds(limits),
+        workflows=WorkflowCounts(**workflow_counts),
+    )
+    states = [cron.ScheduleState(*row.values()) for row in schedules]
+    progress = [Progress(*row.values()) for row in workflows]
     return Board(
         snapshot=snap,
         done_last_minute=done["count"],
-        health=health,
-        unserved=unserved,
-        schedules=schedules,
-        workflows=workflows,
+        health=health_line(health),
+        unserved=[Unserved(**row) for row in unserved],
+        schedules=states,
+        workflows=progress,
         read_at=time.monotonic(),
-        version=_version(snap, schedules, workflows),
+        version=_version(snap, states, progress),
     )
 
 
