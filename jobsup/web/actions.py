@@ -20,7 +20,7 @@ from jobsup.ops.control import acancel, arequeue_dead, aset_paused
 from jobsup.ops.snapshot import arows
 from jobsup.web.access import Refused, guard
 from jobsup.web.job_views import parse_id
-from jobsup.web.layout import href, identity, message
+from jobsup.web.layout import Identity, href, identity, message
 from jobsup.web.sessions import SESSION_COOKIE
 
 Done = tuple[str, str, list[int], str]  # (action, target, job ids, what it did in words)
@@ -38,15 +38,33 @@ def _back(request: Request, form: dict[str, str], notice: str) -> Response:
     return RedirectResponse(f"{back}?{urlencode({'notice': notice})}", status_code=303)
 
 
-async def _act(
-    request: Request, work: Callable[[dict[str, str], psycopg.AsyncConnection], Awaitable[Done]]
-) -> Response:
+def _not_done(request: Request, exc: JobsupError) -> Response:
+    """The page of an action that changed nothing: bad input 400, no database 503, else 500."""
+    if isinstance(exc, BadInput):
+        return message(request, "Not done", str(exc), 400)
+    if isinstance(exc, DatabaseUnavailable):
+        return message(request, "Not done", f"the database cannot be reached: {exc}", 503)
+    return message(request, "Not done", str(exc), 500)
+
+
+async def _checked(request: Request) -> tuple[dict[str, str], Identity] | Response:
+    """The form and the operator of a POST that `guard` let through, or the page refusing it."""
     try:
         form = await guard(request)
     except Refused as refused:
         return message(request, "Refused", refused.reason, refused.status)
     who = identity(request)
     assert who is not None
+    return form, who
+
+
+async def _act(
+    request: Request, work: Callable[[dict[str, str], psycopg.AsyncConnection], Awaitable[Done]]
+) -> Response:
+    checked = await _checked(request)
+    if isinstance(checked, Response):
+        return checked
+    form, who = checked
 
     async def in_transaction(conn: psycopg.AsyncConnection) -> str:
         async with conn.transaction():
@@ -58,12 +76,8 @@ async def _act(
 
     try:
         said = await request.app.state.db.run(in_transaction)
-    except BadInput as exc:
-        return message(request, "Not done", str(exc), 400)
-    except DatabaseUnavailable as exc:
-        return message(request, "Not done", f"the database cannot be reached: {exc}", 503)
     except JobsupError as exc:
-        return message(request, "Not done", str(exc), 500)
+        return _not_done(request, exc)
     request.app.state.boards.board = None  # the next page reads the change, not the board before it
     return _back(request, form, said)
 
@@ -169,12 +183,10 @@ def limit_values(form: dict[str, str]) -> dict[str, Any]:
 async def _limits(request: Request, reset: bool) -> Response:
     """A change of limits runs on a connection of its own in a thread (it may wait seconds for older
     writers, jobsup.ops.limits); its audit row follows in a transaction of its own once it committed."""
-    try:
-        form = await guard(request)
-    except Refused as refused:
-        return message(request, "Refused", refused.reason, refused.status)
-    who = identity(request)
-    assert who is not None
+    checked = await _checked(request)
+    if isinstance(checked, Response):
+        return checked
+    form, who = checked
     try:
         kind = kind_limits.check_kind(form.get("kind", ""))
         given = limit_values(form)
@@ -199,10 +211,8 @@ async def _limits(request: Request, reset: bool) -> Response:
             )
 
         await db.run(record)
-    except BadInput as exc:
-        return message(request, "Not done", str(exc), 400)
-    except (DatabaseUnavailable, JobsupError) as exc:
-        return message(request, "Not done", str(exc), 503)
+    except JobsupError as exc:
+        return _not_done(request, exc)
     request.app.state.boards.board = None
     return _back(request, form, said)
 
