@@ -125,3 +125,18 @@ def test_a_database_that_goes_away_shows_a_banner_and_recovers(dsn, conn, server
             admin.execute(f"ALTER DATABASE {dbname} ALLOW_CONNECTIONS true")
     wait_for(lambda: "cannot be reached" not in web.get("/").text, message="the page without the banner")
     assert web.get("/healthz").status_code == 200
+
+
+def test_through_pgbouncer_in_transaction_mode(pooled_dsn, conn, monkeypatch):
+    """The figures and an action through a transaction-mode PgBouncer, as the supervisor works there."""
+    monkeypatch.setenv("JOBSUP_POOLER", "transaction")
+    [dead] = make_dead(conn, "email", "smtp down")
+    web = token_client(pooled_dsn)
+    web.get(f"/?token={TOKEN}")
+    for _ in range(3):  # statements prepared once and then gone would fail a later read
+        page = web.get("/dead")
+        assert page.status_code == 200 and "smtp down" in page.text
+    answer = web.post("/actions/requeue", data={"ids": str(dead), "csrf": csrf_of(page.text)})
+    assert answer.status_code == 303
+    assert _status(conn, dead) == "queued"
+    assert web.get(f"/jobs/{dead}").status_code == 200
