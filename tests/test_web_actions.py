@@ -140,3 +140,40 @@ def test_through_pgbouncer_in_transaction_mode(pooled_dsn, conn, monkeypatch):
     assert answer.status_code == 303
     assert _status(conn, dead) == "queued"
     assert web.get(f"/jobs/{dead}").status_code == 200
+
+
+def test_pause_and_resume_a_schedule(dsn, conn):
+    from jobsup.db.sql import STATEMENTS as SQL
+
+    conn.execute(
+        SQL["schedule_declare"],
+        {
+            "name": "nightly",
+            "kind": "report",
+            "expression": "0 3 * * *",
+            "tz": "UTC",
+            "payload": "{}",
+            "queue": "default",
+            "priority": 0,
+            "max_attempts": 3,
+            "missed": "latest",
+        },
+    )
+    web = login_client(dsn)
+    sign_in(web, "olga")
+    page = web.get("/schedules")
+    assert "nightly" in main_of(page.text) and "Pause" in main_of(page.text)
+    assert (
+        web.post("/actions/schedule-pause", data={"schedule": "nightly", "csrf": csrf_of(page.text)}).status_code == 303
+    )
+    assert conn.execute("SELECT paused FROM jobsup.schedules WHERE name = 'nightly'").fetchone()[0] is True
+    assert "Resume" in main_of(web.get("/schedules").text)
+    assert (
+        web.post("/actions/schedule-resume", data={"schedule": "nightly", "csrf": csrf_of(page.text)}).status_code
+        == 303
+    )
+    assert conn.execute("SELECT paused FROM jobsup.schedules WHERE name = 'nightly'").fetchone()[0] is False
+    assert [row[1:3] for row in _audit(conn)] == [
+        ("schedule pause", "schedule nightly"),
+        ("schedule resume", "schedule nightly"),
+    ]
