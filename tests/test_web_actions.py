@@ -177,3 +177,24 @@ def test_pause_and_resume_a_schedule(dsn, conn):
         ("schedule pause", "schedule nightly"),
         ("schedule resume", "schedule nightly"),
     ]
+
+
+def test_audit_rows_are_pruned_with_the_events(dsn, conn):
+    import asyncio
+
+    from jobsup.ops.prune import Retention, aprunable, aprune
+
+    conn.execute(
+        "INSERT INTO jobsup.audit (at, who, role, action, target) VALUES"
+        " (now() - interval '2 hours', 'old', 'operator', 'pause', 'queue q'),"
+        " (now(), 'new', 'operator', 'pause', 'queue q')"
+    )
+    retention = Retention(keep_events=3600)
+
+    async def prune() -> tuple[int, int]:
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as aconn:
+            before = (await aprunable(aconn, retention)).events
+            return before, (await aprune(aconn, retention)).events
+
+    assert asyncio.run(prune()) == (1, 1)
+    assert [row[0] for row in conn.execute("SELECT who FROM jobsup.audit")] == ["new"]
