@@ -200,3 +200,24 @@ def test_hash_password_and_add_user(tmp_path):
     assert oct(users.stat().st_mode & 0o777) == "0o600"
     bad = jobsup("web", "--users-file", str(tmp_path / "missing"), "--dsn", "postgresql://x@127.0.0.1:1/x")
     assert bad.returncode == 2 and "cannot read the users file" in bad.stderr
+
+
+def test_cookies_are_secure_behind_https(dsn):
+    from starlette.testclient import TestClient
+
+    web = token_client(dsn)
+    https = TestClient(web.app, base_url="https://127.0.0.1", follow_redirects=False)
+    answer = https.get(f"/?token={TOKEN}")
+    cookies = answer.headers.get_list("set-cookie")
+    assert cookies and all("secure" in c.lower() for c in cookies)
+    plain = web.get(f"/?token={TOKEN}").headers.get_list("set-cookie")
+    assert plain and not any("secure" in c.lower() for c in plain)
+
+
+@pytest.mark.slow
+def test_x_forwarded_proto_is_believed_from_a_trusted_proxy_only(dsn):
+    forwarded = {"X-Forwarded-Proto": "https"}
+    with web_server(dsn, "--trusted-proxy", "127.0.0.1") as url:
+        assert "secure" in httpx.get(url, headers=forwarded).headers["set-cookie"].lower()
+    with web_server(dsn) as url:
+        assert "secure" not in httpx.get(url, headers=forwarded).headers["set-cookie"].lower()
