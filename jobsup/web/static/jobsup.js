@@ -33,9 +33,11 @@
     banner.hidden = !text;
   }
 
+  // A form being filled in is not wiped by the next refresh: the page waits until it is sent or cleared.
   function editing() {
     const active = document.activeElement;
-    return active && main.contains(active) && (active.tagName === "INPUT" || active.tagName === "SELECT");
+    if (active && main.contains(active) && (active.tagName === "INPUT" || active.tagName === "SELECT")) return true;
+    return Array.from(main.querySelectorAll("input:not([type=hidden])")).some((i) => i.value !== i.defaultValue);
   }
 
   async function reload() {
