@@ -198,3 +198,31 @@ def test_audit_rows_are_pruned_with_the_events(dsn, conn):
 
     assert asyncio.run(prune()) == (1, 1)
     assert [row[0] for row in conn.execute("SELECT who FROM jobsup.audit")] == ["new"]
+
+
+def test_the_control_commands_write_the_audit_too(dsn, conn):
+    from .helpers import jobsup
+
+    [dead] = make_dead(conn, "email", "smtp down")
+    queued = client.enqueue(conn, "report", {})
+    for args in (
+        ["requeue-dead", "--kind", "email"],
+        ["pause", "mail"],
+        ["resume", "mail"],
+        ["cancel", "--id", str(queued)],
+        ["retry", "--id", str(queued)],
+        ["limit", "report", "--concurrency", "2"],
+    ):
+        done = jobsup(*args, "--dsn", dsn)
+        assert done.returncode == 0, (args, done.stderr)
+    rows = conn.execute("SELECT role, action, target, job_ids FROM jobsup.audit ORDER BY id").fetchall()
+    assert [row[:3] for row in rows] == [
+        ("command", "requeue", "kind email"),
+        ("command", "pause", "queue mail"),
+        ("command", "resume", "queue mail"),
+        ("command", "cancel", f"job {queued}"),
+        ("command", "retry", f"job {queued}"),
+        ("command", "limit", "kind report"),
+    ]
+    assert rows[0][3] == [dead] and rows[3][3] == [queued]
+    assert "@" in conn.execute("SELECT who FROM jobsup.audit LIMIT 1").fetchone()[0]  # user@host

@@ -1,7 +1,9 @@
-"""The audit: who did what to which jobs, and when, for the actions taken through the web console.
+"""The audit: who did what to which jobs, and when, for the actions taken through the web console and
+the control commands (cancel, retry, pause, resume, requeue-dead, limit).
 
-A row is written by `arecord` inside the transaction of the action it records, so the audit holds an
-action exactly when it committed. Rows are pruned with the events (jobsup.ops.prune).
+The web console writes its row by `arecord` inside the transaction of the action it records, so the
+audit holds an action exactly when it committed; a command writes its row by `record` once its action
+has committed. Rows are pruned with the events (jobsup.ops.prune).
 """
 
 from __future__ import annotations
@@ -30,6 +32,24 @@ class Entry:
     detail: str
 
 
+def _params(who: str, role: str, action: str, target: str, job_ids: Sequence[int], detail: str) -> dict:
+    return {"who": who, "role": role, "action": action, "target": target, "job_ids": list(job_ids), "detail": detail}
+
+
+def record(
+    conn: psycopg.Connection,
+    *,
+    who: str,
+    role: str,
+    action: str,
+    target: str,
+    job_ids: Sequence[int] = (),
+    detail: str = "",
+) -> None:
+    """Record one action of a command."""
+    conn.execute(SQL["audit_record"], _params(who, role, action, target, job_ids, detail))
+
+
 async def arecord(
     conn: psycopg.AsyncConnection,
     *,
@@ -41,10 +61,7 @@ async def arecord(
     detail: str = "",
 ) -> int:
     """Record one action (in the caller's transaction, if it has one); the row's id."""
-    cur = await conn.execute(
-        SQL["audit_record"],
-        {"who": who, "role": role, "action": action, "target": target, "job_ids": list(job_ids), "detail": detail},
-    )
+    cur = await conn.execute(SQL["audit_record"], _params(who, role, action, target, job_ids, detail))
     row = await cur.fetchone()
     assert row is not None
     return int(row[0])

@@ -198,7 +198,7 @@ async def _limits(request: Request, reset: bool) -> Response:
             if reset
             else (lambda conn: kind_limits.set_limits(conn, kind, who.user, **given))
         )
-        said = f"limits of kind {kind}: {change.before or 'none'} → {change.after or 'none'}"
+        said = f"limits of kind {kind}: {change.before} → {change.after}"
 
         async def record(conn: psycopg.AsyncConnection) -> None:
             await audit.arecord(
