@@ -226,3 +226,29 @@ def test_the_control_commands_write_the_audit_too(dsn, conn):
     ]
     assert rows[0][3] == [dead] and rows[3][3] == [queued]
     assert "@" in conn.execute("SELECT who FROM jobsup.audit LIMIT 1").fetchone()[0]  # user@host
+
+
+def test_the_terminal_console_writes_the_audit_too(dsn, conn):
+    import asyncio
+
+    from jobsup.monitor.source import Source
+
+    [dead] = make_dead(conn, "email", "smtp down")
+    queued = client.enqueue(conn, "report", {})
+
+    async def act() -> None:
+        source = Source(dsn)
+        await source.requeue([dead])
+        await source.cancel(queued)
+        await source.queue_action("pause", "mail")
+        await source.set_limits("report", {"concurrency": 2})
+        await source.close()
+
+    asyncio.run(act())
+    rows = conn.execute("SELECT role, action, target, job_ids FROM jobsup.audit ORDER BY id").fetchall()
+    assert rows == [
+        ("console", "requeue", f"job {dead}", [dead]),
+        ("console", "cancel", f"job {queued}", [queued]),
+        ("console", "pause", "queue mail", []),
+        ("console", "limit", "kind report", []),
+    ]
