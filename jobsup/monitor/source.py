@@ -383,17 +383,7 @@ class Source:
     async def _write(self, work: Callable[[psycopg.Connection], T]) -> T:
         """Run a synchronous operator's write on a connection of its own, in a thread: a change of limits
         may wait seconds for older writers (jobsup.ops.limits), and the console's loop must not."""
-
-        def run() -> T:
-            try:
-                with dsns.connect(self.dsn, application_name=APPLICATION_NAME) as conn:
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                raise DatabaseUnavailable(f"{self.label}: {dsns.redact(first_line(exc))}") from None
-            except psycopg.Error as exc:
-                raise JobsupError(f"database error: {dsns.redact(first_line(exc))}") from None
-
-        return await asyncio.to_thread(run)
+        return await dsns.in_thread(self.dsn, work, APPLICATION_NAME)
 
     async def schedules(self) -> list[cron.ScheduleState]:
         """Every schedule, for the schedules table."""

@@ -97,17 +97,7 @@ class Database:
     async def write(self, work: Callable[[psycopg.Connection], T]) -> T:
         """A synchronous operation (a change of limits may wait seconds for older writers) on a
         connection of its own, in a thread, so the pages are not held up."""
-
-        def run() -> T:
-            try:
-                with dsns.connect(self.dsn, application_name=APPLICATION_NAME) as conn:
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                raise DatabaseUnavailable(f"{self.label}: {dsns.redact(first_line(exc))}") from None
-            except psycopg.Error as exc:
-                raise JobsupError(f"database error: {dsns.redact(first_line(exc))}") from None
-
-        return await asyncio.to_thread(run)
+        return await dsns.in_thread(self.dsn, work, APPLICATION_NAME)
 
     async def close(self) -> None:
         conn, self._conn = self._conn, None
