@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: test test-fast check docs demo bench lab clean demo-django test-django6 test-django-oldest chaos pgbouncer schema
+.PHONY: test test-fast check docs demo bench lab clean demo-django test-django6 test-django-oldest chaos pgbouncer schema chromium web-screenshots
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -11,7 +11,7 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,check,docs]'
 	touch $@
 
-test: $(VENV)/.installed pgbouncer
+test: $(VENV)/.installed pgbouncer chromium
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The tests not marked `slow` (those start no supervisor or other long-running process and take under
@@ -46,6 +46,20 @@ pgbouncer:
 	  ! command -v apt-get >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq pgbouncer >/dev/null; } || \
 	  echo "could not install pgbouncer: the pooler tests will be skipped"
+
+# The web console's browser tests drive Debian's chromium (through Playwright, which never downloads a
+# browser of its own here): installed when missing and we are root (as on CI). Without it those tests
+# fail rather than skip, so a CI that cannot install it says so.
+chromium:
+	@command -v chromium >/dev/null || test -x /usr/bin/chromium || [ "$$(id -u)" != 0 ] || \
+	  ! command -v apt-get >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+	  echo "could not install chromium: the web console's browser tests will fail"
+
+# Screenshots of the web console's main views at 1280x800 into docs/images/web/, taken by the browser the
+# tests drive, on a demo queue of the embedded kind in a scratch database.
+web-screenshots: $(VENV)/.installed chromium
+	$(PY) docs/gen_web_screenshots.py
 
 # Two minutes of supervisors SIGKILLed, backends terminated and the server restarted (tests/chaos.py).
 chaos: $(VENV)/.installed

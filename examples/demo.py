@@ -9,16 +9,19 @@
 3. a steady mix of jobs (examples/demo_app.py says what each fate does): most succeed, some fail and
    retry, some die, some crash their worker, some are slow, a few hang until their timeout; webhooks
    and exports held back by their limits; and every few seconds a workflow (resizes, then an album);
-4. `jobsup top` in the foreground. Press r on a dead job to requeue it, q to quit.
+4. `jobsup web` in the background on 127.0.0.1 (port JOBSUP_WEB_PORT, 8080 by default), its address
+   with its token printed before the console opens;
+5. `jobsup top` in the foreground. Press r on a dead job to requeue it, q to quit.
 
-Quitting the console stops the feed, sends the supervisor SIGTERM and waits for it (its workers go with
-it), and stops the embedded PostgreSQL if the demo started it: nothing is left running.
+Quitting the console stops the feed and the web console, sends the supervisor SIGTERM and waits for it
+(its workers go with it), and stops the embedded PostgreSQL if the demo started it: nothing is left running.
 """
 
 from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -146,6 +149,7 @@ def main() -> int:
     log_path = logs / "supervisor.log"
     say(f"logs of this run: {logs}")
     supervisor = None
+    web = None
     stop = threading.Event()
     feeder = None
     try:
@@ -175,6 +179,7 @@ def main() -> int:
         feed_log = open(logs / "feed.log", "w")
         feeder = threading.Thread(target=feed, args=(dsn, stop, feed_log), name="feed", daemon=True)
         feeder.start()
+        web = start_web(env, logs)
         say(f"database {where}; supervisor pid {supervisor.pid}, log {log_path}; opening jobsup top…")
         top = subprocess.run(jobsup("top"), env=env, cwd=ROOT)
         return top.returncode
@@ -186,9 +191,35 @@ def main() -> int:
         stop.set()
         if feeder is not None:
             feeder.join(timeout=10)
+        if web is not None:
+            web.terminate()
+            web.wait(timeout=STOP_WAIT)
         if supervisor is not None:
             stop_supervisor(supervisor, log_path)
         leave_database(started_db, named, data_dir)
+
+
+def start_web(env: dict[str, str], logs: Path) -> subprocess.Popen | None:
+    """`jobsup web` on loopback, with a token of this run's; None (said why) without the web extra."""
+    try:
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError:
+        say("the web console needs the web extra (pip install 'jobsup[web]'): not started")
+        return None
+    port = os.environ.get("JOBSUP_WEB_PORT", "8080")
+    token = secrets.token_urlsafe(16)
+    with open(logs / "web.log", "w") as log:
+        web = subprocess.Popen(
+            jobsup("web", "--port", port, "--token", token),
+            env=env,
+            cwd=ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    say(f"the web console: http://127.0.0.1:{port}/?token={token} (log {logs / 'web.log'})")
+    return web
 
 
 def stop_supervisor(supervisor: subprocess.Popen, log_path: Path) -> None:

@@ -58,6 +58,7 @@ def invocations(dsn: str, data_dir: Path | None, ids: list[int]) -> list[tuple[s
         ("top", ["top", "--help"]),
         ("bench", ["bench", "--help"]),
         ("metrics", ["metrics", "--help"]),
+        ("web", ["web", "--help"]),
         ("--help", ["--help"]),
     ]
     missing = set(COMMANDS) - {name for name, _ in cases}

@@ -28,6 +28,7 @@ TABLES = {
     "limits",
     "limit_keys",
     "compat",
+    "audit",  # the web console's actions (0013)
 }
 
 

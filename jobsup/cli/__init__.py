@@ -46,6 +46,7 @@ COMMANDS = (
     "limit",
     "explain",
     "workflow",
+    "web",
 )
 
 

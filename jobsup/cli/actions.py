@@ -1,9 +1,12 @@
-"""What the control commands (cancel, retry, pause, resume) share: how they print what they did."""
+"""What the control commands (cancel, retry, pause, resume, requeue-dead, limit) share: how they print
+what they did, and the row each writes in the audit."""
 
 from __future__ import annotations
 
 import argparse
 import json
+
+import psycopg
 
 from jobsup.cli.options import connect, positive_int
 from jobsup.errors import EXIT_OK
@@ -11,6 +14,20 @@ from jobsup.ops.control import JobAction
 
 # Lines of a text answer about single jobs; past these, a count (--json lists every job).
 SHOWN = 50
+
+
+# The role the audit gives a command: whoever runs it has the database's credentials.
+COMMAND_ROLE = "command"
+
+
+def audit(
+    conn: psycopg.Connection, action: str, target: str, job_ids: list[int] | tuple[()] = (), detail: str = ""
+) -> None:
+    """The audit's row of a command's action, once it has committed: by `user@host`."""
+    from jobsup.ops.audit import record
+    from jobsup.ops.control import operator
+
+    record(conn, who=operator(), role=COMMAND_ROLE, action=action, target=target, job_ids=job_ids, detail=detail)
 
 
 def jobs(n: int) -> str:
@@ -62,9 +79,10 @@ def configure_pausing(parser: argparse.ArgumentParser) -> None:
 def pause_or_resume(args: argparse.Namespace, pausing: bool) -> int:
     from jobsup.ops.control import pause, resume
 
+    verb = "paused" if pausing else "resumed"
     with connect(args) as conn:
         changed = pause(conn, args.queue) if pausing else resume(conn, args.queue)
-    verb = "paused" if pausing else "resumed"
+        audit(conn, "pause" if pausing else "resume", f"queue {args.queue}", detail=verb if changed else "unchanged")
     if args.json:
         print(json.dumps({"queue": args.queue, "paused": pausing, "changed": changed}))
     elif changed:

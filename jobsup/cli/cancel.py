@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobsup.cli.actions import SHOWN, add_ids, counts, jobs, print_actions
+from jobsup.cli.actions import SHOWN, add_ids, audit, counts, jobs, print_actions
 from jobsup.cli.options import connect, workflow_id
 from jobsup.errors import EXIT_OK
 from jobsup.ops.control import JobAction
@@ -45,7 +45,9 @@ def run(args: argparse.Namespace) -> int:
 
     with connect(args) as conn:
         actions = cancel(conn, ids=args.id, kind=args.kind, queue=args.queue, workflow=args.workflow)
-    counted = counts(actions, _ACTIONS)
+        counted = counts(actions, _ACTIONS)
+        changed = [a.id for a in actions if a.action != "unchanged"]
+        audit(conn, "cancel", _target(args), changed, ", ".join(f"{n} {name}" for name, n in counted.items() if n))
     if args.json:
         print_actions(actions, "", True, counted)
         return EXIT_OK
@@ -54,6 +56,14 @@ def run(args: argparse.Namespace) -> int:
     # The jobs that followed are listed after those the command named, before the one summary line.
     print_actions(direct, "\n".join([*_followed_lines(followed), _summary(args, direct, counted)]), False, counted)
     return EXIT_OK
+
+
+def _target(args: argparse.Namespace) -> str:
+    if args.workflow is not None:
+        return f"workflow {args.workflow}"
+    if args.kind is not None:
+        return f"kind {args.kind}" + (f" in queue {args.queue}" if args.queue else "")
+    return ", ".join(f"job {i}" for i in args.id[:5]) + (" ..." if len(args.id) > 5 else "")
 
 
 def _summary(args: argparse.Namespace, direct: list[JobAction], counted: dict[str, int]) -> str:

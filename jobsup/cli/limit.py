@@ -6,6 +6,7 @@ import argparse
 import json
 from typing import Any
 
+from jobsup.cli.actions import audit
 from jobsup.cli.options import connect, kind
 from jobsup.errors import EXIT_OK, BadInput
 
@@ -102,6 +103,12 @@ def run(args: argparse.Namespace) -> int:
                 rows = [r for r in rows if r["kind"] == args.kind]
             _print(rows, args.json)
             return EXIT_OK
+        audit(
+            conn,
+            "limit reset" if args.reset else "limit",
+            f"kind {args.kind}",
+            detail=f"limits of kind {args.kind}: {change.before} → {change.after}",
+        )
     if args.json:
         print(json.dumps({"kind": change.kind, "was": change.before.to_json(), "limits": change.after.to_json()}))
     else:

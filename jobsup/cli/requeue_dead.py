@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from jobsup.cli.actions import audit
 from jobsup.cli.options import connect, positive_int
 from jobsup.errors import EXIT_OK
 
@@ -30,11 +31,6 @@ def configure(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from jobsup.ops.control import requeue_dead
 
-    with connect(args) as conn:
-        ids = requeue_dead(conn, ids=args.id or None, kind=args.kind, error=args.error)
-    if args.json:
-        print(json.dumps({"requeued": len(ids), "ids": ids}))
-        return EXIT_OK
     scope = " and ".join(
         filter(
             None,
@@ -45,5 +41,12 @@ def run(args: argparse.Namespace) -> int:
             ],
         )
     )
-    print(f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''}" + (f" ({scope})" if scope else ""))
+    with connect(args) as conn:
+        ids = requeue_dead(conn, ids=args.id or None, kind=args.kind, error=args.error)
+        said = f"requeued {len(ids)} dead job{'s' if len(ids) != 1 else ''}" + (f" ({scope})" if scope else "")
+        audit(conn, "requeue", scope or "every dead job", ids, said)
+    if args.json:
+        print(json.dumps({"requeued": len(ids), "ids": ids}))
+        return EXIT_OK
+    print(said)
     return EXIT_OK

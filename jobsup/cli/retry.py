@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from jobsup.cli.actions import add_ids, counts, jobs, print_actions
+from jobsup.cli.actions import add_ids, audit, counts, jobs, print_actions
 from jobsup.cli.options import connect
 from jobsup.errors import EXIT_OK
 
@@ -26,7 +26,9 @@ def run(args: argparse.Namespace) -> int:
 
     with connect(args) as conn:
         actions = retry(conn, args.id)
-    counted = counts(actions, ("retried", "unchanged"))
-    summary = f"retried {jobs(counted['retried'])} now; {counted['unchanged']} not changed"
+        counted = counts(actions, ("retried", "unchanged"))
+        summary = f"retried {jobs(counted['retried'])} now; {counted['unchanged']} not changed"
+        target = ", ".join(f"job {i}" for i in args.id[:5]) + (" ..." if len(args.id) > 5 else "")
+        audit(conn, "retry", target, [a.id for a in actions if a.action == "retried"], summary)
     print_actions(actions, summary, args.json, counted)
     return EXIT_OK

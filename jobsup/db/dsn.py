@@ -5,15 +5,19 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import re
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import conninfo
 
 from jobsup.db import embedded
-from jobsup.errors import BadInput, DatabaseUnavailable, InvalidDSN, first_line
+from jobsup.errors import BadInput, DatabaseUnavailable, InvalidDSN, JobsupError, first_line
+
+T = TypeVar("T")
 
 # libpq ends a URL's user:password at the first @ or /, so a password may hold ? or # unencoded. The
 # scheme's colon is not required: a DSN with a typo there ("postgresql//u:pw@h") still hides it.
@@ -117,3 +121,20 @@ async def aconnect(dsn: str, *, autocommit: bool = True, **kwargs: Any) -> psyco
         return await psycopg.AsyncConnection.connect(dsn, autocommit=autocommit, connect_timeout=10, **kwargs)
     except psycopg.OperationalError as exc:
         raise DatabaseUnavailable(describe_connect_error(dsn, exc)) from None
+
+
+async def in_thread(dsn: str, work: Callable[[psycopg.Connection], T], application_name: str) -> T:
+    """`work(conn)` on a connection of its own, in a thread: for a synchronous operator's write (a change
+    of limits may wait seconds for older writers) from a console whose loop must not wait. The server
+    out of reach is DatabaseUnavailable, another database error JobsupError: its first line, no password."""
+
+    def run() -> T:
+        try:
+            with connect(dsn, application_name=application_name) as conn:
+                return work(conn)
+        except psycopg.OperationalError as exc:
+            raise DatabaseUnavailable(f"{redact(dsn)}: {redact(first_line(exc))}") from None
+        except psycopg.Error as exc:
+            raise JobsupError(f"database error: {redact(first_line(exc))}") from None
+
+    return await asyncio.to_thread(run)

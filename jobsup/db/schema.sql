@@ -1,4 +1,4 @@
--- The jobsup schema as a fresh `jobsup migrate` leaves it: migrations 0001 to 0012, applied in order.
+-- The jobsup schema as a fresh `jobsup migrate` leaves it: migrations 0001 to 0013, applied in order.
 -- Generated from PostgreSQL's catalogs by `make schema` (tests/schema_file.py); never edited by hand.
 -- A change to the schema is a new migration in jobsup/db/migrations, then `make schema`: commit both.
 -- tests/test_schema_file.py fails while this file and a fresh migrate disagree.
@@ -30,6 +30,19 @@ CREATE TYPE jobsup.claimed_job AS (
 );
 
 -- Tables ------------------------------------------------------------------------------------------
+
+-- migration 0013
+CREATE TABLE jobsup.audit (
+    id bigint GENERATED ALWAYS AS IDENTITY NOT NULL,
+    at timestamp with time zone DEFAULT now() NOT NULL,
+    who text NOT NULL,
+    role text NOT NULL,
+    action text NOT NULL,
+    target text NOT NULL,
+    job_ids bigint[] DEFAULT '{}'::bigint[] NOT NULL,
+    detail text DEFAULT ''::text NOT NULL,
+    CONSTRAINT audit_pkey PRIMARY KEY (id)
+);
 
 -- migration 0008
 CREATE TABLE jobsup.compat (
@@ -226,6 +239,12 @@ CREATE TABLE jobsup.workflows (
 );
 
 -- Indexes -----------------------------------------------------------------------------------------
+
+-- migration 0013
+CREATE INDEX audit_at_idx ON jobsup.audit USING btree (at DESC);
+
+-- made by its table's constraint
+CREATE UNIQUE INDEX audit_pkey ON jobsup.audit USING btree (id);
 
 -- made by its table's constraint
 CREATE UNIQUE INDEX compat_pkey ON jobsup.compat USING btree (name);

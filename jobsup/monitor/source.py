@@ -20,6 +20,7 @@ from jobsup.db import dsn as dsns
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import BadInput, DatabaseUnavailable, JobsupError, first_line
 from jobsup.monitor import figures as fig
+from jobsup.ops import audit
 from jobsup.ops import limits as kind_limits
 from jobsup.ops import schedules as schedule_ops
 from jobsup.ops.control import JobAction, acancel, arequeue_dead, aset_paused, operator
@@ -89,6 +90,25 @@ def _statements(match: str | None, minutes: int, workflows: bool = False) -> lis
         ("console_workflows_live", {"limit": fig.WORKFLOWS_LISTED}),
         *([("workflows_recent", {"limit": fig.WORKFLOWS_LISTED})] if workflows else []),
     ]
+
+
+# The role the audit gives the console's actions (jobsup.ops.audit): whoever runs it has the database's
+# credentials.
+CONSOLE_ROLE = "console"
+
+
+async def _audit(conn: psycopg.AsyncConnection, action: str, target: str, job_ids: Sequence[int], said: str) -> None:
+    """The audit's row of an action of the console, by `user@host`, once the action has committed."""
+    await audit.arecord(
+        conn, who=operator(), role=CONSOLE_ROLE, action=action, target=target, job_ids=job_ids, detail=said
+    )
+
+
+def _audited(change: kind_limits.Change, conn: psycopg.Connection, action: str = "limit") -> kind_limits.Change:
+    """`change` of a kind's limits, recorded in the audit."""
+    said = f"limits of kind {change.kind}: {change.before} → {change.after}"
+    audit.record(conn, who=operator(), role=CONSOLE_ROLE, action=action, target=f"kind {change.kind}", detail=said)
+    return change
 
 
 class Source:
@@ -262,7 +282,10 @@ class Source:
             return []
 
         async def work(conn: psycopg.AsyncConnection) -> list[int]:
-            return await arequeue_dead(conn, ids=list(ids), kind=kind)
+            done = await arequeue_dead(conn, ids=list(ids), kind=kind)
+            target = f"kind {kind}" if kind else ", ".join(f"job {i}" for i in list(ids)[:5])
+            await _audit(conn, "requeue", target, done, f"requeued {len(done)} of {len(ids)}")
+            return done
 
         return await self._run(work)
 
@@ -272,7 +295,10 @@ class Source:
             raise ReadOnly(f"read-only console: job {job_id} was not cancelled (started with --read-only)")
 
         async def work(conn: psycopg.AsyncConnection) -> JobAction:
-            return (await acancel(conn, ids=[job_id]))[0]
+            actions = await acancel(conn, ids=[job_id])
+            changed = [a.id for a in actions if a.action != "unchanged"]
+            await _audit(conn, "cancel", f"job {job_id}", changed, actions[0].action)
+            return actions[0]
 
         return await self._run(work)
 
@@ -284,8 +310,11 @@ class Source:
         async def work(conn: psycopg.AsyncConnection) -> str:
             done = "paused" if action == "pause" else "resumed"
             if await aset_paused(conn, queue, action == "pause"):
-                return f"{done} queue {queue}"
-            return f"queue {queue} was {'paused already' if action == 'pause' else 'not paused'}"
+                said = f"{done} queue {queue}"
+            else:
+                said = f"queue {queue} was {'paused already' if action == 'pause' else 'not paused'}"
+            await _audit(conn, action, f"queue {queue}", [], said)
+            return said
 
         return await self._run(work)
 
@@ -344,28 +373,18 @@ class Source:
         removing one, over those in force); what changed."""
         if self.read_only:
             raise ReadOnly(f"read-only console: the limits of kind {kind} were not changed (started with --read-only)")
-        return await self._write(lambda conn: kind_limits.set_limits(conn, kind, operator(), **given))
+        return await self._write(lambda conn: _audited(kind_limits.set_limits(conn, kind, operator(), **given), conn))
 
     async def reset_limits(self, kind: str) -> kind_limits.Change:
         """Drop an operator's limits of `kind`: its app's declaration is in force again; what changed."""
         if self.read_only:
             raise ReadOnly(f"read-only console: the limits of kind {kind} were not reset (started with --read-only)")
-        return await self._write(lambda conn: kind_limits.reset(conn, kind, operator()))
+        return await self._write(lambda conn: _audited(kind_limits.reset(conn, kind, operator()), conn, "limit reset"))
 
     async def _write(self, work: Callable[[psycopg.Connection], T]) -> T:
         """Run a synchronous operator's write on a connection of its own, in a thread: a change of limits
         may wait seconds for older writers (jobsup.ops.limits), and the console's loop must not."""
-
-        def run() -> T:
-            try:
-                with dsns.connect(self.dsn, application_name=APPLICATION_NAME) as conn:
-                    return work(conn)
-            except psycopg.OperationalError as exc:
-                raise DatabaseUnavailable(f"{self.label}: {dsns.redact(first_line(exc))}") from None
-            except psycopg.Error as exc:
-                raise JobsupError(f"database error: {dsns.redact(first_line(exc))}") from None
-
-        return await asyncio.to_thread(run)
+        return await dsns.in_thread(self.dsn, work, APPLICATION_NAME)
 
     async def schedules(self) -> list[schedule_ops.ScheduleState]:
         """Every schedule, for the schedules table."""
@@ -378,10 +397,15 @@ class Source:
 
         async def work(conn: psycopg.AsyncConnection) -> str:
             if action == "run":
-                return f"enqueued job {await schedule_ops.arun_now(conn, name)} of schedule {name}"
+                job_id = await schedule_ops.arun_now(conn, name)
+                said = f"enqueued job {job_id} of schedule {name}"
+                await _audit(conn, "schedule run", f"schedule {name}", [job_id], said)
+                return said
             done = "paused" if action == "pause" else "resumed"
             changed = await schedule_ops.aset_paused(conn, name, action == "pause")
-            return f"{done} schedule {name}" if changed else f"schedule {name} was already {done}"
+            said = f"{done} schedule {name}" if changed else f"schedule {name} was already {done}"
+            await _audit(conn, f"schedule {action}", f"schedule {name}", [], said)
+            return said
 
         return await self._run(work)
 

@@ -56,6 +56,8 @@ class Retention:
             (self.keep_done, _rows("done", "prune_done", self.keep_done)),
             (self.keep_dead, _rows("dead", "prune_dead", self.keep_dead)),
             (self.keep_events, _rows("events", "prune_events", self.keep_events)),
+            # The web console's audit rows go with the events, by their window, and count among them.
+            (self.keep_events, _rows("events", "prune_audit", self.keep_events)),
         ]
         return [_FinishWorkflows(), *(step for keep, step in found if keep > 0)]
 

@@ -59,6 +59,7 @@ RELEASES = [
     Release(
         "before_0012", "8fe15ee4b49b2d78d2ffa61b80e6c54c28ebaba2", 11, "the commit before migration 0012 (limited meta)"
     ),
+    Release("before_0013", "118221e3f81f7a7512194c41e45a6f59265641ca", 12, "the commit before migration 0013 (audit)"),
 ]
 
 

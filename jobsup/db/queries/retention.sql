@@ -209,5 +209,17 @@ WITH flows AS (
 SELECT (SELECT count(*) FROM going WHERE status = 'done'),
        (SELECT count(*) FROM going WHERE status <> 'done'),
        (SELECT count(*) FROM jobsup.events
-        WHERE at < now() - make_interval(secs => %(keep_events)s::float8)),
+        WHERE at < now() - make_interval(secs => %(keep_events)s::float8))
+       + (SELECT count(*) FROM jobsup.audit
+          WHERE at < now() - make_interval(secs => %(keep_events)s::float8)),
        (SELECT count(*) FROM due)
+
+-- name: prune_audit
+-- The web console's audit rows past the events' window, as prune_events deletes events.
+DELETE FROM jobsup.audit
+WHERE id = ANY(ARRAY(
+    SELECT id FROM jobsup.audit
+    WHERE at < now() - make_interval(secs => %(keep)s::float8)
+    ORDER BY at
+    LIMIT %(limit)s
+    FOR UPDATE SKIP LOCKED))

@@ -65,7 +65,9 @@ RETURNING id
 -- Groups the ready jobs once, then looks at the few supervisor rows per group.
 WITH ready AS (
     SELECT queue, kind, count(*) AS ready, min(run_at) AS oldest
-    FROM jobsup.jobs WHERE status = 'queued' AND run_at <= now()
+    FROM (SELECT queue, kind, run_at FROM jobsup.jobs WHERE status = 'queued' AND NOT limited AND run_at <= now()
+          UNION ALL
+          SELECT queue, kind, run_at FROM jobsup.jobs WHERE status = 'queued' AND limited AND run_at <= now()) r
     GROUP BY queue, kind
 )
 SELECT r.queue, r.kind, r.ready, extract(epoch FROM now() - r.oldest)::float8 AS age
