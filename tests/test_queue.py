@@ -19,7 +19,7 @@ from jobsup.job import EncodedPayload, JobSpec
 from jobsup.ops import control
 from jobsup.ops.snapshot import rows, snapshot
 
-from .helpers import wait_for
+from .helpers import notifications_before_marker, wait_for
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -57,21 +57,6 @@ def bury(conn: psycopg.Connection, jobs: list[tuple[str, str]], locked_by: str =
     outcomes = lifecycle.fail(conn, failures, locked_by)
     assert {o.status for o in outcomes} == {"dead"}
     return ids
-
-
-def notifications_before_marker(listener: psycopg.Connection, sender: psycopg.Connection) -> list:
-    """The 'jobsup' notifications that reach `listener` before a marker sent now from `sender`.
-
-    PostgreSQL delivers notifications in commit order, so whatever was committed before the marker has
-    arrived when the marker does, and nothing uncommitted can be among them: no fixed wait is needed.
-    """
-    sender.execute("SELECT pg_notify('jobsup', 'marker')")
-    got = []
-    for note in listener.notifies(timeout=15):
-        if note.payload == "marker":
-            return got
-        got.append(note)
-    raise AssertionError(f"the marker notification never arrived (got {got!r})")
 
 
 @pytest.fixture
