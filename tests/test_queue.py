@@ -14,6 +14,7 @@ import pytest
 from jobsup import client
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure
+from jobsup.db.notify import JobsQueued, decode
 from jobsup.errors import BadInput, PayloadTooLarge
 from jobsup.job import EncodedPayload, JobSpec
 from jobsup.ops import control
@@ -216,7 +217,7 @@ def test_transactional_enqueue(dsn, conn, listener):
         assert notifications_before_marker(listener, conn) == []  # not before commit
         tx.commit()
         [note] = notifications_before_marker(listener, conn)
-        assert json.loads(note.payload)["queues"] == ["default"]
+        assert decode(note.payload).queues == ("default",)
         assert count(conn) == 1 and job_row(conn, job_id)["payload"] == {"n": 2}
 
 
@@ -226,18 +227,16 @@ def test_one_notify_per_insert_statement(conn, listener):
     assert len(ids) == 10_000 and None not in ids and ids == sorted(ids)
     [note] = notifications_before_marker(listener, conn)
     assert len(note.payload.encode()) < 8000
-    body = json.loads(note.payload)
-    assert body["queues"] == ["default"]
     earliest = conn.execute("SELECT extract(epoch FROM min(run_at))::float8 FROM jobsup.jobs").fetchone()[0]
-    assert float(body["run_at"]) == pytest.approx(earliest, abs=1e-3)
+    assert decode(note.payload) == JobsQueued(("default",), earliest)
 
     # a few queues are named; many queues (or long names) become [] ("look at every queue")
     client.enqueue_many(conn, [{"kind": "bulk", "queue": f"q{n % 3}"} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
-    assert sorted(json.loads(note.payload)["queues"]) == ["q0", "q1", "q2"]
+    assert decode(note.payload).queues == ("q0", "q1", "q2")
     client.enqueue_many(conn, [{"kind": "bulk", "queue": f"queue-{n % 500}" * 20} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
-    assert len(note.payload.encode()) < 8000 and json.loads(note.payload)["queues"] == []
+    assert len(note.payload.encode()) < 8000 and decode(note.payload).queues == ()
 
     # a statement that inserts nothing (every key live already) sends nothing
     client.enqueue(conn, "k", unique_key="u")
@@ -533,7 +532,7 @@ def test_release_notifies(conn, listener):
     jobs = lifecycle.claim(conn, ["q1"], 2, "sup-a", 30)
     assert len(lifecycle.release(conn, [(j.id, j.attempts) for j in jobs], "sup-a")) == 2
     [note] = notifications_before_marker(listener, conn)  # identical notifications fold into one
-    assert json.loads(note.payload)["queues"] == ["q1"]
+    assert decode(note.payload) == JobsQueued(("q1",))
 
 
 # --- fencing -------------------------------------------------------------------------------------
