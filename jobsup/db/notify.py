@@ -6,25 +6,31 @@ The SQL builds every payload with `json_build_object(...)::text`, and a supervis
 commit sends and reads these same texts: they keep their format exactly (tests/test_notify.py triggers
 each statement below against a real PostgreSQL and checks that `encode(decode(payload)) == payload`).
 
-Each message, its payload (as PostgreSQL writes it) and the SQL that builds it:
+Each message and its payload, as PostgreSQL writes it:
 
-- `JobsQueued`: `{"queues" : ["q1","q2"], "run_at" : 1733370000.123456}`; `[]` means every queue,
-  `run_at` is the earliest job's (epoch seconds). Built by the insert trigger's function
-  `jobsup.notify_inserted()` (migrations/0001_initial.sql, replaced by 0008_limits.sql), once per
-  INSERT statement, and by `jobsup.settle_children()` (migrations/0009_workflows.sql) for the children
-  that a parent's end queues.
-- `JobsQueued` without `run_at` (due now): `{"queues" : ["q"]}`. Built by `release`,
-  `release_orphans` and `reap` (queries/lifecycle.sql), `retry_now` and `requeue_dead`
-  (queries/control.sql).
-- `CancelRequested`: `{"cancel" : [1,2], "by" : "who"}`, `"cancel" : null` past 500 ids. Built by
-  `cancel_jobs` (queries/control.sql) when it reaches a running job.
-- `QueuePaused`: `{"queue" : "q", "paused" : true}` (`false`: resumed). Built by `queue_pause` and
-  `queue_resume` (queries/control.sql).
-- `LimitChanged`: `{"limit" : "kind", "limited" : true, "keyed" : false}`. Built by `limit_notify`
-  (queries/limits.sql).
-- `SlotsFreed`: `{"slots" : ["kind"]}`. Built by `limit_slots_freed` (queries/limits.sql).
-- `SchedulePaused`: `{"schedule" : "name", "paused" : true}` (`false`: resumed). Built by
-  `schedule_pause` (queries/schedules.sql).
+| message | payload |
+|---|---|
+| `JobsQueued` | `{"queues" : ["q1","q2"], "run_at" : 1733370000.123456}` or, due now, `{"queues" : ["q"]}` |
+| `CancelRequested` | `{"cancel" : [1,2], "by" : "who"}`; `"cancel" : null` past 500 ids |
+| `QueuePaused` | `{"queue" : "q", "paused" : true}`; `false`: resumed |
+| `LimitChanged` | `{"limit" : "kind", "limited" : true, "keyed" : false}` |
+| `SlotsFreed` | `{"slots" : ["kind"]}` |
+| `SchedulePaused` | `{"schedule" : "name", "paused" : true}`; `false`: resumed |
+
+`queues` `[]` means every queue (past 20 queues, or 2000 bytes of names); `run_at` is the earliest
+job's, in epoch seconds with six decimals. What builds each:
+
+| SQL file | statement or function | message |
+|---|---|---|
+| migrations/0001_initial.sql, 0008_limits.sql | insert trigger `jobsup.notify_inserted()` | `JobsQueued`, `run_at` |
+| migrations/0009_workflows.sql | `jobsup.settle_children()`: the children it queues | `JobsQueued`, `run_at` |
+| queries/lifecycle.sql | `release`, `release_orphans`, `reap` | `JobsQueued` |
+| queries/control.sql | `retry_now`, `requeue_dead` | `JobsQueued` |
+| queries/control.sql | `cancel_jobs`, when it reaches a running job | `CancelRequested` |
+| queries/control.sql | `queue_pause`, `queue_resume` | `QueuePaused` |
+| queries/limits.sql | `limit_notify` | `LimitChanged` |
+| queries/limits.sql | `limit_slots_freed` | `SlotsFreed` |
+| queries/schedules.sql | `schedule_pause` | `SchedulePaused` |
 
 Whatever else arrives (not JSON, or no key above: a message of a newer release, or a test's marker)
 decodes to `Unknown`. The key that names a message is its first, and no two messages share it.
