@@ -6,6 +6,9 @@ dispatcher's four substring tests, the scheduler's one, then json.loads and the 
 
 Each round times each path over 100,000 payloads, in turn; printed: the best and the median round, in
 nanoseconds a payload. No database: the payload is the text the insert trigger sends.
+
+On the project's machine (load average 3.4, 40 rounds), medians: substring tests + json.loads 2,470 ns,
+notify.decode 1,719 ns, decode + match 1,899 ns.
 """
 
 from __future__ import annotations

