@@ -30,7 +30,7 @@ from jobsup.db.notify import (
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.ops import control, cron, limits
 
-from .helpers import ROOT, notifications_before_marker
+from .helpers import ROOT, notifications_before_marker, wait_for
 
 ODD = 'a "quoted"\\ name\twith\nlines, é and \x01'
 
@@ -297,3 +297,32 @@ def test_the_check_sees_the_old_way():
 def test_run_at_keeps_six_decimals():
     assert encode(JobsQueued(("q",), 1733370000.1)) == '{"queues" : ["q"], "run_at" : 1733370000.100000}'
     assert decode(encode(JobsQueued(("q",), 1733370000.1))) == JobsQueued(("q",), 1733370000.1)
+
+
+# --- the listener routes by type -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("queue", ["default", "schedule"])
+def test_a_delayed_insert_wakes_its_supervisor_on_time_whatever_its_queue_s_name(conn, dsn, start, queue):
+    """The delayed job's NOTIFY alone tells the supervisor when to claim it (the poll is 30 s): the
+    substring tests took an insert into a queue named "schedule" for a schedule's pause, and its job
+    waited for the poll."""
+    sup = start("--poll-interval", "30s", "--queues", queue, procs=1)
+    sup.wait_ready()
+
+    def listening() -> bool:
+        # The listener's connection has listened and read the delayed jobs it knows of: from now on
+        # only a NOTIFY tells the supervisor of a new one.
+        row = conn.execute(
+            "SELECT query FROM pg_stat_activity WHERE application_name = 'jobsup listen' AND state = 'idle'"
+        ).fetchone()
+        return row is not None and "WITH RECURSIVE levels" in row[0]  # the statement `upcoming`
+
+    wait_for(listening, message="the listener listening, the delayed jobs read")
+    job = client.enqueue(conn, "ok", queue=queue, delay=1)
+    started = wait_for(
+        lambda: conn.execute("SELECT started_at - run_at FROM jobsup.jobs WHERE id = %s", [job]).fetchone()[0],
+        timeout=20,
+        message="the delayed job started",
+    )
+    assert started.total_seconds() < 10, started  # the poll would start it 30 s after the enqueue
