@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psycopg
 from psycopg import conninfo
 
 T = TypeVar("T")
@@ -107,3 +108,18 @@ def refused_all(dsn: str, cases: list[tuple[list[str], str | tuple[str, ...]]]) 
         for text in (says,) if isinstance(says, str) else says:
             assert text in lines[0], (args, text, lines[0])
         assert out == "", (args, out)
+
+
+def notifications_before_marker(listener: psycopg.Connection, sender: psycopg.Connection) -> list:
+    """The 'jobsup' notifications that reach `listener` before a marker sent now from `sender`.
+
+    PostgreSQL delivers notifications in commit order, so whatever was committed before the marker has
+    arrived when the marker does, and nothing uncommitted can be among them: no fixed wait is needed.
+    """
+    sender.execute("SELECT pg_notify('jobsup', 'marker')")
+    got = []
+    for note in listener.notifies(timeout=15):
+        if note.payload == "marker":
+            return got
+        got.append(note)
+    raise AssertionError(f"the marker notification never arrived (got {got!r})")

@@ -14,12 +14,13 @@ import pytest
 from jobsup import client
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Failure
+from jobsup.db.notify import JobsQueued, decode
 from jobsup.errors import BadInput, PayloadTooLarge
 from jobsup.job import EncodedPayload, JobSpec
 from jobsup.ops import control
 from jobsup.ops.snapshot import rows, snapshot
 
-from .helpers import wait_for
+from .helpers import notifications_before_marker, wait_for
 
 # --- helpers -------------------------------------------------------------------------------------
 
@@ -57,21 +58,6 @@ def bury(conn: psycopg.Connection, jobs: list[tuple[str, str]], locked_by: str =
     outcomes = lifecycle.fail(conn, failures, locked_by)
     assert {o.status for o in outcomes} == {"dead"}
     return ids
-
-
-def notifications_before_marker(listener: psycopg.Connection, sender: psycopg.Connection) -> list:
-    """The 'jobsup' notifications that reach `listener` before a marker sent now from `sender`.
-
-    PostgreSQL delivers notifications in commit order, so whatever was committed before the marker has
-    arrived when the marker does, and nothing uncommitted can be among them: no fixed wait is needed.
-    """
-    sender.execute("SELECT pg_notify('jobsup', 'marker')")
-    got = []
-    for note in listener.notifies(timeout=15):
-        if note.payload == "marker":
-            return got
-        got.append(note)
-    raise AssertionError(f"the marker notification never arrived (got {got!r})")
 
 
 @pytest.fixture
@@ -231,7 +217,7 @@ def test_transactional_enqueue(dsn, conn, listener):
         assert notifications_before_marker(listener, conn) == []  # not before commit
         tx.commit()
         [note] = notifications_before_marker(listener, conn)
-        assert json.loads(note.payload)["queues"] == ["default"]
+        assert decode(note.payload).queues == ("default",)
         assert count(conn) == 1 and job_row(conn, job_id)["payload"] == {"n": 2}
 
 
@@ -241,18 +227,16 @@ def test_one_notify_per_insert_statement(conn, listener):
     assert len(ids) == 10_000 and None not in ids and ids == sorted(ids)
     [note] = notifications_before_marker(listener, conn)
     assert len(note.payload.encode()) < 8000
-    body = json.loads(note.payload)
-    assert body["queues"] == ["default"]
     earliest = conn.execute("SELECT extract(epoch FROM min(run_at))::float8 FROM jobsup.jobs").fetchone()[0]
-    assert float(body["run_at"]) == pytest.approx(earliest, abs=1e-3)
+    assert decode(note.payload) == JobsQueued(("default",), earliest)
 
     # a few queues are named; many queues (or long names) become [] ("look at every queue")
     client.enqueue_many(conn, [{"kind": "bulk", "queue": f"q{n % 3}"} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
-    assert sorted(json.loads(note.payload)["queues"]) == ["q0", "q1", "q2"]
+    assert decode(note.payload).queues == ("q0", "q1", "q2")
     client.enqueue_many(conn, [{"kind": "bulk", "queue": f"queue-{n % 500}" * 20} for n in range(10_000)])
     [note] = notifications_before_marker(listener, conn)
-    assert len(note.payload.encode()) < 8000 and json.loads(note.payload)["queues"] == []
+    assert len(note.payload.encode()) < 8000 and decode(note.payload).queues == ()
 
     # a statement that inserts nothing (every key live already) sends nothing
     client.enqueue(conn, "k", unique_key="u")
@@ -548,7 +532,7 @@ def test_release_notifies(conn, listener):
     jobs = lifecycle.claim(conn, ["q1"], 2, "sup-a", 30)
     assert len(lifecycle.release(conn, [(j.id, j.attempts) for j in jobs], "sup-a")) == 2
     [note] = notifications_before_marker(listener, conn)  # identical notifications fold into one
-    assert json.loads(note.payload)["queues"] == ["q1"]
+    assert decode(note.payload) == JobsQueued(("q1",))
 
 
 # --- fencing -------------------------------------------------------------------------------------

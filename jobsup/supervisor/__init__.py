@@ -14,7 +14,8 @@ The modules, one job each:
 - log: one log line per lifecycle event.
 - tally: what the supervisor counts for --metrics-port.
 - duty: the start/stop protocol of the duties, and the maintainer that runs them in order.
-- listener: duty: LISTEN/NOTIFY, routed to the dispatcher and the scheduler.
+- listener: duty: LISTEN; each NOTIFY decoded (jobsup.db.notify) and routed by its type to the
+  dispatcher and the scheduler.
 - reaper: duty: returns the jobs whose lease expired, forgets supervisors that are gone.
 - roster: which supervisors' rows are gone (for the reaper).
 - heartbeat: duty: this supervisor's row for the console; reads back the paused queues.

@@ -21,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from jobsup.db import lifecycle
+from jobsup.db import lifecycle, notify
 from jobsup.db.lifecycle import Cancel, ClaimKey, Failure, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import arun_together
@@ -86,8 +86,6 @@ RERUNS_UNKNOWN = 2
 RERUNS_MOST = 3
 # Why a process that runs shared jobs takes no more: an alone job waits for a process.
 DRAIN_FOR_ALONE = "an alone job waits for a process"
-# Words only the control notifications carry: an insert's ({"queues": ..., "run_at": ...}) has none.
-_CONTROL_WORDS = ('"cancel"', '"paused"', '"limit"', '"slots"')
 
 
 class Wakeup:
@@ -375,46 +373,29 @@ class Dispatcher:
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
-    def control(self, payload: str) -> bool:
-        """True for a NOTIFY of a cancel ({"cancel": ids or null, "by": who}), of a pause or resume
-        ({"queue": name, "paused": bool}), of a limit set or removed ({"limit": kind, "limited": bool}) or
-        of slots freed ({"slots": kinds}), which it acts on; the insert notifications go to notified()."""
-        if not any(word in payload for word in _CONTROL_WORDS):
-            return False
-        try:
-            note = json.loads(payload)
-        except ValueError:
-            return False
-        if not isinstance(note, dict):
-            return False
-        if "cancel" in note:
-            ids = note["cancel"]
-            if ids is None:  # too many to name: the renewal returns every request among our jobs
+    def control(self, message: notify.Control) -> None:
+        """Act on a NOTIFY of a cancel, of a queue's pause or resume, of a limit set or removed, or of
+        slots freed; the insert notifications go to notified()."""
+        match message:
+            case notify.CancelRequested(None, _):  # too many to name: the renewal returns our requests
                 self.renew_wakeup.set()
-            else:
-                self.cancel_requested({i: str(note.get("by") or "?") for i in ids if isinstance(i, int)})
-            return True
-        if isinstance(note.get("limit"), str) and isinstance(note.get("limited"), bool):
-            kind = note["limit"]
-            kinds, keyed = self.limits_in_force, self.keyed_limits
-            self.set_limits_in_force(
-                kinds | {kind} if note["limited"] else kinds - {kind},
-                keyed | {kind} if note.get("keyed") else keyed - {kind},
-            )
-            self.log("limit.changed", kind=kind, limited=note["limited"])
-            self.poke()
-            return True
-        if isinstance(note.get("slots"), list):  # another supervisor wrote outcomes of limited jobs
-            if self.limits_in_force.intersection(note["slots"]):
-                self.limited_more = True
-                self.claim_wakeup.set()
-            return True
-        if isinstance(note.get("queue"), str) and isinstance(note.get("paused"), bool):
-            self.pause_notes += 1
-            queue_name = note["queue"]
-            self.set_paused(self.paused | {queue_name} if note["paused"] else self.paused - {queue_name})
-            return True
-        return False
+            case notify.CancelRequested(ids, by):
+                self.cancel_requested(dict.fromkeys(ids or (), by))
+            case notify.LimitChanged(kind, limited, keyed):
+                kinds, keyed_kinds = self.limits_in_force, self.keyed_limits
+                self.set_limits_in_force(
+                    kinds | {kind} if limited else kinds - {kind},
+                    keyed_kinds | {kind} if keyed else keyed_kinds - {kind},
+                )
+                self.log("limit.changed", kind=kind, limited=limited)
+                self.poke()
+            case notify.SlotsFreed(kinds):  # another supervisor wrote outcomes of limited jobs
+                if self.limits_in_force.intersection(kinds):
+                    self.limited_more = True
+                    self.claim_wakeup.set()
+            case notify.QueuePaused(queue_name, paused):
+                self.pause_notes += 1
+                self.set_paused(self.paused | {queue_name} if paused else self.paused - {queue_name})
 
     def cancel_requested(self, requests: Mapping[int, str]) -> None:
         """Stop the held jobs an operator cancelled: a prefetched one is written `cancelled` at once;
@@ -478,20 +459,15 @@ class Dispatcher:
             self.latency.record(job.kind, "queue_latency", (job.started_at - job.run_at).total_seconds())
         self.latency.record(job.kind, "run_time", took)
 
-    def notified(self, payload: str) -> None:
+    def notified(self, message: notify.JobsQueued) -> None:
         """A NOTIFY of the insert trigger (or a release, reap or requeue)."""
-        try:
-            note = json.loads(payload) if payload else {}
-        except ValueError:
-            note = {}
-        queues = note.get("queues") or []
+        queues, run_at = message
         if queues and not set(queues) & set(self.config.queues):
             return
-        run_at = note.get("run_at")
-        if isinstance(run_at, (int, float)) and run_at > time.time():
+        if run_at is not None and run_at > time.time():
             self.note_run_at(run_at)
             return
-        if isinstance(run_at, (int, float)) and self.keys.sorts_after(queues, run_at):
+        if run_at is not None and self.keys.sorts_after(queues, run_at):
             self.more = True  # an insert past our claim keys (see keys.py): they still hold
             self.claim_wakeup.set()
         else:

@@ -1,6 +1,7 @@
 """The listener duty: LISTEN on the one `jobsup` channel, on a connection of its own, and route each
-NOTIFY to whoever it announces something to (a cancel or a pause to the dispatcher's controls, a
-schedule's pause to the scheduler, an insert to the claim loop).
+NOTIFY, decoded by `jobsup.db.notify`, by its type to whoever it announces something to (a cancel, a
+pause, a limit or freed slots to the dispatcher's controls, a schedule's pause to the scheduler, an
+insert to the claim loop).
 
 NOTIFY is a wake-up, never the only way work is found: what was announced while nobody listened
 (before the first LISTEN, or while the connection was down) is caught by one claim and one look at the
@@ -9,7 +10,7 @@ delayed jobs each time the listener (re)connects, and the claim loop's poll stay
 
 from __future__ import annotations
 
-from jobsup.db import lifecycle
+from jobsup.db import lifecycle, notify
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.dispatcher import Dispatcher
@@ -42,7 +43,16 @@ class Listener:
                 for run_at in await lifecycle.aupcoming(conn, self.config.queues):
                     d.note_run_at(run_at)
                 async for note in conn.notifies():
-                    if not d.control(note.payload) and not self.scheduler.notified(note.payload):
-                        d.notified(note.payload)
+                    match message := notify.decode(note.payload):
+                        case notify.JobsQueued():
+                            d.notified(message)
+                        case notify.SchedulePaused():
+                            self.scheduler.notified(message)
+                        case notify.Unknown():
+                            # A newer release's message, maybe: what it announces is unknown, so look
+                            # at every queue (one claim) rather than miss it until the poll.
+                            d.notified(notify.JobsQueued(()))
+                        case _:
+                            d.control(message)
             except LOST as exc:
                 self.link.drop(exc)

@@ -23,6 +23,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from jobsup import client
+from jobsup.db.notify import SchedulePaused
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import first_line
 from jobsup.job import JobSpec
@@ -85,12 +86,9 @@ class Scheduler:
         # when that fire is due it alone is, and one statement can take it (schedule_fire_next).
         self.expected: dict[str, tuple[datetime, datetime]] = {}
 
-    def notified(self, payload: str) -> bool:
-        """True for a NOTIFY about a schedule (pause, resume), which wakes the scheduler for a pass."""
-        if '"schedule"' not in payload:
-            return False
+    def notified(self, message: SchedulePaused) -> None:
+        """A schedule was paused or resumed: a pass over every schedule now."""
         self.wakeup.set()
-        return True
 
     def _db_now(self) -> float:
         return asyncio.get_running_loop().time() + self.offset

@@ -30,10 +30,8 @@ SELECT id, host, pid, version, queues, procs, started_at, heartbeat_at, state, w
        extract(epoch FROM now() - heartbeat_at)::float8 AS heartbeat_age, kinds
 FROM jobsup.supervisors ORDER BY host, pid
 
--- The jobsup channel carries {"queues": [...]} (jobs ready: the insert trigger, release, release_orphans,
--- reap, requeue_dead, retry_now), {"cancel": ...} and {"queue": ..., "paused": ...} (control.sql),
--- {"schedule": ..., "paused": ...} (schedules.sql), {"limit": kind, "limited": ...} and {"slots": kinds}
--- (limits.sql).
+-- The jobsup channel's messages, what sends each and its payload: jobsup/db/notify.py, the one place
+-- that reads them.
 
 -- name: listen
 LISTEN jobsup
