@@ -12,6 +12,7 @@ from datetime import datetime
 import psycopg
 import pytest
 from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
 
 import jobsup
 from jobsup import client
@@ -106,6 +107,20 @@ def test_running_names_its_supervisor_and_attempt(conn):
     assert answer.text.startswith(f"running on supervisor {SUP} since "), answer.text
     assert answer.text.endswith("(attempt 1 of 5)"), answer.text  # one line: its supervisor is alive
     assert answer.details["supervisor_live"] is True
+
+
+def test_a_job_handed_out_behind_another_says_so_not_running(conn):
+    """A short job handed to a worker behind another holds its running row (a limit counts it), but it
+    has not started: its supervisor's heartbeat names it behind the worker's job, and explain says so."""
+    supervisor(conn)
+    first, second = jobsup.enqueue(conn, "email"), jobsup.enqueue(conn, "email")
+    claim(conn, 2)
+    worker = {"slot": 0, "pid": 4242, "state": "busy", "job_id": first, "kind": "email", "behind": [second]}
+    conn.execute("UPDATE jobsup.supervisors SET workers = %s WHERE id = %s", [Jsonb([worker]), SUP])
+    answer = explain(conn, second)
+    assert answer.text.startswith(f"handed to a worker of supervisor {SUP} (pid 4242), waiting behind job {first}")
+    assert answer.details["waiting_behind"] == first
+    assert explain(conn, first).text.startswith(f"running on supervisor {SUP} since")
 
 
 def test_running_under_a_silent_supervisor_says_the_reaper_returns_it(conn):

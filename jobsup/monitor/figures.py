@@ -103,6 +103,7 @@ class Worker:
     capacity: int | None = None
     lag: float | None = None
     blocked_by: int | None = None
+    behind: int = 0  # alone jobs handed to it behind the one it runs, not started yet
 
 
 @dataclass(frozen=True)
@@ -435,6 +436,7 @@ def worker(item: Mapping[str, Any]) -> Worker:
         capacity=item.get("capacity"),
         lag=item.get("lag"),
         blocked_by=item.get("blocked_by"),
+        behind=len(item.get("behind") or ()),
     )
 
 

@@ -473,6 +473,8 @@ class WorkersPanel(Panel):
             for w in sup.workers:
                 busy_for = fmt.since(w.job_started_at, figures.now) if w.state == "busy" else None
                 state, job, kind = w.state, str(w.job_id) if w.job_id is not None else "-", w.kind or "-"
+                if w.behind:  # handed out behind it, not started: "662 +2"
+                    job = f"{job} +{w.behind}"
                 if w.shared is not None:  # jobs that share the process: k of its capacity, the loop's lag
                     state = "blocked" if w.blocked_by is not None else state
                     job = f"{w.shared}/{w.capacity}"

@@ -182,7 +182,15 @@ def _running(job: Row) -> Answer | None:
     if job["status"] != "running":
         return None
     holder, now = job["locked_by"], job["now"]
-    lines = [f"running on supervisor {holder} since {_when(job['started_at'], now)} ({_attempt(job)})"]
+    handed = job["handed_to"]
+    if handed is not None:  # a slot it holds (a running row) while it waits behind a worker's job
+        lines = [
+            f"handed to a worker of supervisor {holder} (pid {handed['pid']}), waiting behind job "
+            f"{handed['job_id']}: not started yet ({_attempt(job)}); it moves to a free worker if that job "
+            "runs long"
+        ]
+    else:
+        lines = [f"running on supervisor {holder} since {_when(job['started_at'], now)} ({_attempt(job)})"]
     if not job["holder_live"]:
         # Its supervisor died or is stopping: the job comes back through a reaper, not by itself.
         lines.append(
@@ -199,6 +207,7 @@ def _running(job: Row) -> Answer | None:
         "started_at": _iso(job["started_at"]),
         "locked_until": _iso(job["locked_until"]),
         "cancel_requested_by": job["cancelled_by"],
+        "waiting_behind": handed["job_id"] if handed is not None else None,
     }
     return "running", "\n".join(lines), details
 

@@ -79,6 +79,8 @@ class Heartbeat:
                     "capacity": self.config.capacity if worker.sharing else None,
                     "lag": worker.lag if worker.sharing else None,
                     "blocked_by": worker.blocked[2] if worker.blocked else None,
+                    # Alone jobs handed to it behind the one it runs, not started yet.
+                    "behind": [j.id for j in list(worker.jobs)[1:]] if len(worker.jobs) > 1 else None,
                 }
             )
         d = self.dispatcher

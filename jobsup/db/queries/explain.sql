@@ -33,7 +33,11 @@ SELECT j.id, j.kind, j.queue, j.status, j.attempts, j.max_attempts, j.snoozes, j
           AND w ->> 'state' = 'busy') AS busy_workers,
        -- What the supervisors of its queue run instead, for the answer's text.
        (SELECT array_agg(DISTINCT k ORDER BY k) FROM live, unnest(live.kinds) AS k WHERE j.queue = ANY(live.queues))
-           AS queue_kinds
+           AS queue_kinds,
+       -- A running job handed to a worker behind another, not started yet: that worker, at the
+       -- holder's last heartbeat (its pid and the job it runs).
+       (SELECT jsonb_build_object('pid', w -> 'pid', 'job_id', w -> 'job_id')
+        FROM jsonb_array_elements(s.workers) w WHERE w -> 'behind' @> to_jsonb(j.id) LIMIT 1) AS handed_to
 FROM jobsup.jobs j
 LEFT JOIN jobsup.queue_pauses p ON p.queue = j.queue
 LEFT JOIN jobsup.supervisors s ON s.id = j.locked_by
