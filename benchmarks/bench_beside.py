@@ -2,7 +2,8 @@
 what a feature costs the jobs that do not use it.
 
     .venv/bin/python -m benchmarks.bench_beside --base /tmp/base --base-commit 0d1f1c0 [--pairs 10]
-        [--jobs 100000] [--procs 8] [--dsn DSN] [--json PATH] [--this /tmp/this --this-commit REV]
+        [--jobs 100000] [--procs 8] [--kind noop|sleep_1ms] [--dsn DSN] [--json PATH]
+        [--this /tmp/this --this-commit REV]
 
 Each side, in turn, on the same server (--dsn's, which must run on this machine, or an embedded one):
   1. a fresh database, migrated by that side's own `jobsup migrate`, autovacuum off on its jobs table
@@ -136,8 +137,9 @@ def server_processes(conn: psycopg.Connection) -> list[psutil.Process]:
     return [postmaster, *postmaster.children()]
 
 
-def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int) -> dict[str, float]:
-    """One drain of `jobs` no-op jobs by the `jobsup start` of the checkout at `root`: its figures."""
+def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int, kind: str = "noop") -> dict[str, float]:
+    """One drain of `jobs` jobs of the bench app's `kind` by the `jobsup start` of the checkout at `root`:
+    its figures."""
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {DATABASE}")
@@ -164,7 +166,9 @@ def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int) -
                 theirs = server_processes(conn)
                 before = cpu_seconds(ours), cpu_seconds(theirs)
                 with psycopg.connect(dsn, autocommit=True) as inserter:
-                    inserter.execute("INSERT INTO jobsup.jobs (kind) SELECT 'noop' FROM generate_series(1, %s)", [jobs])
+                    inserter.execute(
+                        "INSERT INTO jobsup.jobs (kind) SELECT %s FROM generate_series(1, %s)", [kind, jobs]
+                    )
                 left = "SELECT EXISTS (SELECT 1 FROM jobsup.jobs WHERE status <> 'done')"
                 wait(lambda: conn.execute(left).fetchone() == (False,), 60 + jobs / 1000, f"{jobs} jobs", 0.1)
                 # A worker restarted meanwhile (none should be) and a backend opened meanwhile count too.
@@ -207,7 +211,14 @@ def pair_ratios(this: dict[str, float], base: dict[str, float]) -> dict[str, flo
 
 
 def pairs(
-    dsn: str | None, count: int, base: Path, commit: str, jobs: int, procs: int, this: tuple[Path, str] | None = None
+    dsn: str | None,
+    count: int,
+    base: Path,
+    commit: str,
+    jobs: int,
+    procs: int,
+    this: tuple[Path, str] | None = None,
+    kind: str = "noop",
 ) -> dict[str, float]:
     """`count` alternating pairs of drains, this checkout's (or, with `this`, a clone of its commit made
     as the base's is) and `commit`'s: the medians of their figures and ratios."""
@@ -223,7 +234,7 @@ def pairs(
     with contextlib.nullcontext(dsn) if dsn else server.fresh_database(None, DATABASE + "_admin") as where:
         for number in range(count):
             order = ("this", "base") if number % 2 == 0 else ("base", "this")
-            figures = {side: one_side(*sides[side], where, jobs, procs) for side in order}
+            figures = {side: one_side(*sides[side], where, jobs, procs, kind) for side in order}
             results.append(pair_ratios(figures["this"], figures["base"]))
             r = results[-1]
             print(
@@ -238,7 +249,7 @@ def pairs(
     medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
     spread = {key: sorted(r[key] for r in results) for key in ("jobs_per_s_ratio", "cpu_ratio")}
     print(
-        f"\n{jobs:,} no-op jobs on --procs {procs}, {'this checkout' if this is None else this[1]} / {commit}, "
+        f"\n{jobs:,} {kind} jobs on --procs {procs}, {'this checkout' if this is None else this[1]} / {commit}, "
         f"medians of {count} pairs "
         f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):\n"
         f"  jobs/s        {medians['this_jobs_per_s']:9,.0f} / {medians['base_jobs_per_s']:9,.0f}   ratio "
@@ -261,6 +272,7 @@ def main() -> int:
     parser.add_argument("--jobs", type=int, default=100_000, help="no-op jobs per drain (default 100,000)")
     parser.add_argument("--procs", type=int, default=8, help="each supervisor's workers (default 8)")
     parser.add_argument("--dsn", help="a server on this machine (default: an embedded one, made and removed)")
+    parser.add_argument("--kind", default="noop", help="the bench app's kind drained: noop (default) or sleep_1ms")
     parser.add_argument("--json", help="write the medians here")
     args = parser.parse_args()
     try:
@@ -269,7 +281,9 @@ def main() -> int:
         if (args.this is None) != (args.this_commit is None):
             raise BadInput("--this and --this-commit go together")
         this = None if args.this is None else (Path(args.this), args.this_commit)
-        figures = pairs(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs, this)
+        if args.kind not in ("noop", "sleep_1ms"):
+            raise BadInput(f"--kind is noop or sleep_1ms, not {args.kind!r}")
+        figures = pairs(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs, this, args.kind)
     except BadInput as exc:
         print(f"bench_beside: {exc}", file=sys.stderr)
         return 2

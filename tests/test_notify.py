@@ -28,7 +28,7 @@ from jobsup.db.notify import (
     encode,
 )
 from jobsup.db.sql import STATEMENTS as SQL
-from jobsup.ops import control, cron, limits
+from jobsup.ops import control, limits, schedules
 
 from .helpers import ROOT, notifications_before_marker, wait_for
 
@@ -247,9 +247,9 @@ def test_pause_and_resume_of_a_schedule(conn, heard):
             "missed": "latest",
         },
     )
-    assert cron.set_paused(conn, "nightly", True)
+    assert schedules.set_paused(conn, "nightly", True)
     assert heard() == [SchedulePaused("nightly", True)]
-    assert cron.set_paused(conn, "nightly", False)
+    assert schedules.set_paused(conn, "nightly", False)
     assert heard() == [SchedulePaused("nightly", False)]
 
 

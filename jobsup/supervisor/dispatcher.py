@@ -312,6 +312,10 @@ class Dispatcher:
             behind=worker.job.id if worker.job else None,
             ids=[j.id for j in jobs],
         )
+        self._first_in_line(jobs)
+
+    def _first_in_line(self, jobs: list[Job]) -> None:
+        """Held jobs no worker runs: first for the next free worker, or back to the queue at a shutdown."""
         if self.stopping:
             self.release_buffer.extend((j, None) for j in jobs)
             self.flush_wakeup.set()
@@ -365,11 +369,7 @@ class Dispatcher:
                 alone=sorted(j.id for j in again if j.id in self.alone),
                 note="their process died under them: they run again, no attempt counted",
             )
-            if self.stopping:
-                self.release_buffer.extend((j, None) for j in again)
-            else:
-                self.prefetched.extendleft(reversed(again))
-                self.hand_out()
+            self._first_in_line(again)
         self.flush_wakeup.set()
         self.idle_wakeup.set()
 
@@ -681,13 +681,7 @@ class Dispatcher:
             self._crashed_before(jobs)
         for job in jobs:
             self.held[job.id] = job
-        if self.stopping:
-            self.release_buffer.extend((j, None) for j in jobs)
-            self.flush_wakeup.set()
-            return
-        # At the head of the prefetch: each holds a slot, so it starts first.
-        self.prefetched.extendleft(reversed(jobs))
-        self.hand_out()
+        self._first_in_line(jobs)  # each holds a slot, so it starts first
 
     async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
         if self.tally is None:
