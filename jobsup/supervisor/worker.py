@@ -21,7 +21,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections import deque
 from functools import partial
 from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any
@@ -450,12 +450,11 @@ def _serve(
             # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
             # one runs: the first it has no answer for. Those behind a job that turns out slow are given
             # back when the supervisor asks (SIGUSR1, _Batch.recall).
-            batch.jobs = message[1]
-            batch.next = 0
+            pending = batch.pending
+            pending.extend(message[1])
             batch.asked = False  # a request that came while it was idle was for jobs it has finished
-            while batch.next < len(batch.jobs):
-                job = job_of(batch.jobs[batch.next])
-                batch.next += 1
+            while pending:
+                job = job_of(pending.popleft())
                 started = time.perf_counter()
                 batch.running = True
                 answer = runner.run(job)
@@ -467,7 +466,6 @@ def _serve(
                     send(fd, ("answer", *answer[:-1], ran, runner.trace))
                 if batch.asked:
                     batch.recall()
-            batch.jobs = ()
         # "interrupt": the reason of a SIGTERM for a job it finished meanwhile; "cancel": of a shared job
         # that ended meanwhile
         message = None
@@ -484,8 +482,9 @@ class _Batch:
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
-        self.jobs: Sequence[tuple[Any, ...]] = ()
-        self.next = 0  # the index of the next job to start
+        # The jobs not started yet: the loop takes each with popleft, the recall takes the rest (one C
+        # call each: a signal between two bytecodes sees one or the other, never a job in both).
+        self.pending: deque[tuple[Any, ...]] = deque()
         self.running = False  # a job of the batch runs now
         self.asked = False
 
@@ -499,8 +498,8 @@ class _Batch:
         from jobsup.supervisor.wire import send
 
         self.asked = False
-        back = [fields[0] for fields in self.jobs[self.next :]]
-        self.jobs = self.jobs[: self.next]
+        back = [fields[0] for fields in self.pending]
+        self.pending.clear()
         send(self.fd, ("recalled", back))
 
 
