@@ -244,3 +244,14 @@ def test_the_culprit_of_a_fault_report_is_the_job_of_the_thread_that_crashed():
 
 def test_a_capacity_that_is_not_a_positive_whole_number_is_refused(dsn):
     refused_all(dsn, [(["start", "--app", APP, f"--capacity={value}"], "--capacity") for value in ("0", "-1", "x")])
+
+
+def test_a_job_enqueued_into_a_nearly_full_process_starts_at_once(runs, start):
+    """Claims of shared jobs behind a backlog wait for a share of the room, so that one claim starts
+    many; a job announced once the queue has run dry is claimed at once, whatever room is left."""
+    _enqueue(runs, [JobSpec("wait", {"seconds": 20.0}) for _ in range(195)])
+    sup = start("--capacity", "200", app=APP, procs=1)
+    wait_for(lambda: runs.execute("SELECT count(*) FROM wait_runs").fetchone()[0] == 195, 30)
+    (late,) = _enqueue(runs, [JobSpec("wait", {"seconds": 0.1})])
+    wait_for(lambda: runs.execute("SELECT status FROM jobsup.jobs WHERE id = %s", (late,)).fetchone()[0] == "done", 5)
+    sup.stop(timeout=60)

@@ -222,6 +222,7 @@ class Dispatcher:
         # neighbours (unknown culprit, any cause), and the jobs of shared kinds that now must run alone.
         self.reruns: dict[int, tuple[int, int]] = {}
         self.alone: set[int] = set()
+        self.backlog = False  # the last claim took all it asked for: more may be ready behind it
 
     # --- what the keeper tells us ------------------------------------------------------------
 
@@ -558,8 +559,9 @@ class Dispatcher:
             threshold = 1
             if self.prefetched and self.duration < SHORT_JOB:
                 threshold = max(1, min(self.config.batch, (self.config.procs + self.prefetch()) // 2))
-            if self.keeper.shared_kinds and self.keeper.kinds is not None and self.running_count():
-                # Shared jobs: wait for a share of the room, so one claim starts many (not one a job).
+            if self.backlog and self.keeper.shared_kinds and self.keeper.kinds is not None and self.running_count():
+                # Shared jobs behind a backlog: wait for a share of the room, so one claim starts many
+                # (not one a job). A job announced once the queue had run dry is claimed at once.
                 share = int(self.config.procs * self.config.capacity * SHARED_CLAIM_SHARE)
                 threshold = max(threshold, min(self.config.batch, share))
             if (
@@ -587,6 +589,7 @@ class Dispatcher:
                 else:
                     self.keys.claimed(jobs)
                 if jobs is not None:
+                    self.backlog = len(jobs) >= want
                     self._take(jobs)
             limited_want = self._limited_want()
             # For short jobs, as for the claim above, a good share at once; but a limit caps what may be
