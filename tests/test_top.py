@@ -1017,3 +1017,17 @@ def test_ready_jobs_no_live_supervisor_can_run_are_named(conn, dsn):
             assert "unserved" not in await screen_text(pilot)
 
     run(scenario)
+
+
+def test_the_header_says_how_many_running_jobs_have_not_started(dsn, conn):
+    """Jobs handed to a worker behind the one it runs are running rows (a limit counts them) but have
+    not started: the header says how many, from the supervisors' heartbeats."""
+    fake_supervisor(conn, "sup-a", 4242, [{"pid": 7, "state": "busy", "job_id": 1, "kind": "email", "behind": [2, 3]}])
+
+    async def scenario() -> None:
+        app = app_for(dsn, stale_after=30)
+        async with app.run_test(size=(160, 48)) as pilot:
+            await until(pilot, lambda: app.refreshes >= 1, message="first refresh")
+            assert "running 0 (2 not started)" in await screen_text(pilot)
+
+    run(scenario)

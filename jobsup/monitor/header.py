@@ -40,12 +40,14 @@ class Headline(Static):
         live = figures.live_supervisors(view.stale_after)
         workers = [w for s in live for w in s.workers]
         busy = sum(1 for w in workers if w.state == "busy")
+        # Held and counted as running (a limit counts them), but handed to a worker behind another job.
+        behind = sum(w.behind for w in workers)
         oldest = figures.oldest_ready
         stale = fmt.stale_note(figures.supervisors, view.stale_after)
         items = [
             ("ready", fmt.count(total.ready), ""),
             ("scheduled", fmt.count(total.scheduled), ""),
-            ("running", fmt.count(total.running), ""),
+            ("running", fmt.count(total.running) + (f" ({behind} not started)" if behind else ""), ""),
             *([("waiting", fmt.count(total.waiting), "")] if view.waiting else []),
             ("dead", fmt.count(total.dead), view.error if total.dead else ""),
             ("oldest ready", fmt.age(oldest), view.warning if oldest and oldest > view.warn_age else ""),
