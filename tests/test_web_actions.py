@@ -11,6 +11,7 @@ from jobsup import client
 from jobsup.web.board import Boards
 from jobsup.web.database import Database
 
+from .console_helpers import fake_supervisor
 from .helpers import wait_for
 from .web_helpers import TOKEN, csrf_of, login_client, main_of, make_dead, sign_in, token_client
 
@@ -252,3 +253,20 @@ def test_the_terminal_console_writes_the_audit_too(dsn, conn):
         ("console", "pause", "queue mail", []),
         ("console", "limit", "kind report", []),
     ]
+
+
+def test_the_overview_says_what_each_worker_runs_as_the_console_does(dsn, conn):
+    """A process of shared jobs: how many of its capacity and its loop's lag, or the job blocking its
+    loop; an alone worker: its job, and how many are handed to it behind that one."""
+    workers = [
+        {"pid": 11, "state": "busy", "shared": 12, "capacity": 100, "lag": 0.004},
+        {"pid": 12, "state": "busy", "shared": 3, "capacity": 100, "lag": 1.2, "blocked_by": 77},
+        {"pid": 13, "state": "busy", "job_id": 5, "kind": "email", "behind": [6, 7]},
+    ]
+    fake_supervisor(conn, "sup-a", 4242, workers)
+    web = token_client(dsn)
+    web.get(f"/?token={TOKEN}")
+    text = main_of(web.get("/").text)
+    assert "12 of 100 shared, loop lag 4 ms" in text
+    assert "loop blocked by" in text and "/jobs/77" in text
+    assert "(+2 behind it, not started)" in text

@@ -37,6 +37,22 @@ def job_link(request: Request, job_id: int) -> Markup:
     return tag("a", str(job_id), href=href(request, f"/jobs/{job_id}"))
 
 
+def worker_jobs(request: Request, worker: dict[str, Any]) -> Node:
+    """What a worker of a heartbeat runs, as jobsup top's workers view says it: its job (and how many
+    are handed to it behind that one), or, for a process of shared jobs, how many of its capacity with
+    its event loop's lag, or the job blocking that loop."""
+    if worker.get("shared") is not None:
+        if worker.get("blocked_by") is not None:
+            return tag("span", "loop blocked by ", job_link(request, worker["blocked_by"]))
+        lag = worker.get("lag") or 0.0
+        return f"{worker['shared']} of {worker.get('capacity')} shared, loop lag {lag * 1000:.0f} ms"
+    if not worker.get("job_id"):
+        return ""
+    behind = len(worker.get("behind") or ())
+    link = job_link(request, worker["job_id"])
+    return tag("span", link, f" (+{behind} behind it, not started)") if behind else link
+
+
 async def board_page(request: Request, title: str, render: Callable[..., Any]) -> Response:
     """A view of the board; the last board read under a banner when the database cannot be reached."""
     boards = request.app.state.boards
@@ -97,7 +113,7 @@ def overview(request: Request, board: Board) -> Node:
                 [
                     w.get("pid"),
                     w.get("state"),
-                    job_link(request, w["job_id"]) if w.get("job_id") else "",
+                    worker_jobs(request, w),
                     bytes_text(w.get("rss")),
                     w.get("jobs_done", 0),
                     w.get("restarts", 0),
