@@ -133,6 +133,7 @@ class Shared:
         self.capacity = capacity
         self.loop: asyncio.AbstractEventLoop = runner.loop()
         self.running: dict[int, asyncio.Future[Any]] = {}
+        self.ended: asyncio.Future[tuple[Any, ...] | None] = self.loop.create_future()  # serve()'s
         self.stopping: dict[int, tuple[str, str]] = {}  # job id -> (status, reason) of a cancel asked for
         self._threads: ThreadPoolExecutor | None = None
         self.ticked = time.monotonic()
@@ -185,6 +186,8 @@ class Shared:
             self.send(("answer", *answer[:-1], ran))
         else:
             self.send(("answer", *answer[:-1], ran, trace))
+        if not self.running and not self.ended.done():
+            self.ended.set_result(("idle",))  # the last job ended: back to the worker's own loop
 
     def cancel(self, job_id: int, status: str, reason: str) -> None:
         """Stop one job: an async one's task is cancelled (its `finally` blocks run, the others go on);
@@ -197,51 +200,43 @@ class Shared:
 
     async def serve(self, reader: Any, first: list[Job]) -> tuple[Any, ...] | None:
         """Run `first` and whatever else the supervisor sends, until no job is left; the message that
-        is not for this mode (the next alone jobs, a stop), or None when the supervisor is gone."""
-        self.start(first)
-        messages: asyncio.Queue[tuple[Any, ...] | None] = asyncio.Queue()
-        for message in reader.take_buffered():  # read with the one that began this mode
-            messages.put_nowait(message)
+        is not for this mode (the next alone jobs, a stop), or None when the supervisor is gone.
+
+        Messages are handled as they are read (no task per message, no wait over every running job):
+        the mode ends when the last job ends or a message for the other mode comes."""
+        loop = self.loop
+        self.ended = ended = loop.create_future()
+
+        def handle(messages: list[tuple[Any, ...] | None]) -> None:
+            for number, message in enumerate(messages):
+                if ended.done():  # for the next mode, in order: the caller reads them first
+                    reader.push_back([m for m in messages[number:] if m is not None])
+                    return
+                if message is None or message[0] in ("stop", "jobs"):
+                    ended.set_result(message)
+                elif message[0] == "shared":
+                    self.start([self.job_of(fields) for fields in message[1]])
+                elif message[0] == "cancel":
+                    self.cancel(message[1], message[2], message[3])
 
         def readable() -> None:
             try:
-                got = reader.read_available()
+                got: list[tuple[Any, ...] | None] | None = reader.read_available()
             except OSError:
                 got = None
             if got is None:
-                self.loop.remove_reader(reader.fd)
-                messages.put_nowait(None)
-                return
-            for message in got:
-                messages.put_nowait(message)
+                loop.remove_reader(reader.fd)
+                got = [None]
+            handle(got)
 
-        self.loop.add_reader(reader.fd, readable)
+        self.start(first)
+        handle(reader.take_buffered())  # read with the one that began this mode
+        loop.add_reader(reader.fd, readable)
         self.active = True
         self.ticked = time.monotonic() - TICK
-        ticker = self.loop.create_task(self._tick())
-        left: tuple[Any, ...] | None = ("idle",)
+        ticker = loop.create_task(self._tick())
         try:
-            while True:
-                if not self.running and messages.empty():
-                    break
-                get = self.loop.create_task(messages.get())
-                waits: set[asyncio.Future[Any]] = {get, *self.running.values()}
-                await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-                if not get.done():
-                    get.cancel()
-                    continue
-                message = get.result()
-                if message is None or message[0] == "stop":
-                    left = message
-                    break
-                tag = message[0]
-                if tag == "shared":
-                    self.start([self.job_of(fields) for fields in message[1]])
-                elif tag == "cancel":
-                    self.cancel(message[1], message[2], message[3])
-                elif tag == "jobs":  # alone jobs: the supervisor sends them only once all shared ones ended
-                    left = message
-                    break
+            left = await ended
             if left is None or left[0] == "stop":
                 for future in list(self.running.values()):  # the supervisor is gone or stops us: stop them
                     future.cancel()
@@ -252,18 +247,9 @@ class Shared:
                 self.active = False
             ticker.cancel()
             try:
-                self.loop.remove_reader(reader.fd)
+                loop.remove_reader(reader.fd)
             except (ValueError, OSError):
                 pass
-        # Messages read with the last batch stay in the reader's buffer only if unread; those read here
-        # and not yet handled go back to the caller in order.
-        rest = []
-        while not messages.empty():
-            item = messages.get_nowait()
-            if item is not None:
-                rest.append(item)
-        if rest:
-            reader.push_back(rest)
         return left
 
     async def _tick(self) -> None:
