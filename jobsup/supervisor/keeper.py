@@ -7,7 +7,6 @@ import asyncio
 import multiprocessing
 import os
 import random
-import shutil
 import signal
 import tempfile
 import time
@@ -191,8 +190,9 @@ class Keeper:
         self.ctx.set_forkserver_preload(["jobsup.supervisor.worker", "jobsup.app", "jobsup.supervisor.sharing"])
         self.slots = [Slot(i) for i in range(self.config.procs)]
         self.loop: asyncio.AbstractEventLoop | None = None
-        # faulthandler's reports of processes running shared jobs, removed with the supervisor.
-        self.fault_dir = tempfile.mkdtemp(prefix="jobsup-faults-")
+        # Where each worker's faulthandler report goes: a file a worker makes only once it runs shared
+        # jobs, removed when the worker is gone.
+        self.fault_prefix = os.path.join(tempfile.gettempdir(), f"jobsup-fault-{os.getpid()}-")
         self._spawned = 0
 
     # --- starting -------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class Keeper:
         their_inbox, inbox = self.ctx.Pipe(duplex=False)
         outbox, their_outbox = self.ctx.Pipe(duplex=False)
         self._spawned += 1
-        fault_path = os.path.join(self.fault_dir, f"{self._spawned}.txt")
+        fault_path = f"{self.fault_prefix}{self._spawned}.txt"
         process = self.ctx.Process(
             target=worker_main,
             name=f"jobsup-worker-{slot.index}",
@@ -621,8 +621,9 @@ class Keeper:
                 pass
 
     def close(self) -> None:
-        """Remove what the keeper left on disk (the workers' fault reports)."""
-        shutil.rmtree(self.fault_dir, ignore_errors=True)
+        """Remove the fault reports of the workers still known (those gone removed theirs)."""
+        for worker in self.all_processes():
+            self._forget_fault(worker)
 
     def _count_restart(self, cause: str) -> None:
         self.restarts_by_cause[cause] = self.restarts_by_cause.get(cause, 0) + 1
