@@ -113,8 +113,8 @@ class Worker:
     sharing: dict[int, Job] = field(default_factory=dict)
     shared_started: dict[int, float] = field(default_factory=dict)
     shared_kinds: Counter[str] = field(default_factory=Counter)  # how many of each kind it runs
-    shared_stopping: dict[int, float] = field(default_factory=dict)  # cancelled jobs -> when to recycle
-    shared_reasons: dict[int, str] = field(default_factory=dict)  # cancelled jobs -> why
+    # Shared jobs it was told to cancel -> (when to recycle it if the job runs on, why it was stopped).
+    shared_stopping: dict[int, tuple[float, str]] = field(default_factory=dict)
     draining: str | None = None  # why it takes no more shared jobs (recycling, memory, an alone job waits)
     culprit: int | None = None  # the job the keeper stops it for, when one job is to blame
     fault_path: str = ""  # where its faulthandler writes the stack of a fatal signal
@@ -473,7 +473,6 @@ class Keeper:
             return  # an answer for a job we already counted as lost
         worker.shared_started.pop(job.id, None)
         worker.shared_stopping.pop(job.id, None)
-        worker.shared_reasons.pop(job.id, None)
         worker.shared_kinds[job.kind] -= 1
         worker.jobs_done += 1
         if worker.recycle_after is not None and worker.jobs_done >= worker.recycle_after and not worker.draining:
@@ -493,17 +492,8 @@ class Keeper:
         elif not self._retire_if_due(worker):
             self.on_ready(worker)
 
-    def room(self, worker: Worker, kind: str) -> int:
-        """How many more jobs of the shared `kind` `worker` can take now."""
-        if worker.state == "idle":
-            return self.shared_kinds.get(kind, 0)
-        if not worker.sharing or worker.draining is not None or worker.stop_reason is not None:
-            return 0
-        free = self.config.capacity - len(worker.sharing)
-        return max(0, min(free, self.shared_kinds.get(kind, 0) - worker.shared_kinds[kind]))
-
     def assign_shared(self, worker: Worker, jobs: list[Job]) -> None:
-        """Hand `jobs` (shared kinds, within room()) to `worker`, which starts them all at once."""
+        """Hand `jobs` (of shared kinds, within its room) to `worker`, which starts them all at once."""
         now = self._now()
         if worker.state == "idle":
             worker.state = "busy"
@@ -527,8 +517,7 @@ class Keeper:
             return
         if job.id in worker.shared_stopping:
             return
-        worker.shared_stopping[job.id] = self._now() + self.config.kill_grace
-        worker.shared_reasons[job.id] = reason
+        worker.shared_stopping[job.id] = (self._now() + self.config.kill_grace, reason)
         try:
             send(worker.inbox.fileno(), ("cancel", job.id, stop_status(reason), reason))
         except (OSError, ValueError):
@@ -539,8 +528,9 @@ class Keeper:
             return
         for job_id, started in list(worker.shared_started.items()):
             job = worker.sharing[job_id]
-            if job_id in worker.shared_stopping:
-                if now >= worker.shared_stopping[job_id]:
+            stopping = worker.shared_stopping.get(job_id)
+            if stopping is not None:
+                if now >= stopping[0]:
                     self.log(
                         "job.stop_ignored",
                         "warning",
@@ -551,8 +541,7 @@ class Keeper:
                     worker.culprit = job_id
                     self.interrupt(
                         worker,
-                        f"{worker.shared_reasons.get(job_id, 'stopped')}, and did not stop within "
-                        f"{self.config.kill_grace:g}s: {RECYCLED}",
+                        f"{stopping[1]}, and did not stop within {self.config.kill_grace:g}s: {RECYCLED}",
                     )
                     return
                 continue
@@ -586,7 +575,6 @@ class Keeper:
         worker.sharing.clear()
         worker.shared_started.clear()
         worker.shared_stopping.clear()
-        worker.shared_reasons.clear()
         worker.shared_kinds.clear()
         slot = self.slots[worker.slot]
         slot.last_exit = cause
