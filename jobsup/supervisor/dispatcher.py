@@ -14,7 +14,7 @@ import json
 import math
 import time
 from collections import Counter, deque
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -714,13 +714,7 @@ class Dispatcher:
             mixed = self.mixed()
             if mixed is not None:
                 return await self._claim_mixed(conn, queues, want, *mixed)
-            if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
-                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, self.keeper.kinds)
-            # Through a transaction pooler there is no session to hold it: the claim's own
-            # transaction sets it, sent in one pipeline with the claim.
-            async with conn.pipeline(), conn.transaction():
-                await conn.execute(SQL["claim_without_flush_wait"])
-                return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, self.keeper.kinds)
+            return await self._claim_kinds(conn, queues, want, self.keeper.kinds, keys)
         except LOST as exc:
             # The claim may have been committed without our hearing of it: hand back what we do not
             # know we hold before the next claim.
@@ -764,13 +758,21 @@ class Dispatcher:
         return jobs
 
     async def _claim_kinds(
-        self, conn: psycopg.AsyncConnection, queues: list[str] | tuple[str, ...], want: int, kinds: list[str]
+        self,
+        conn: psycopg.AsyncConnection,
+        queues: Sequence[str],
+        want: int,
+        kinds: Collection[str] | None,
+        keys: Mapping[str, ClaimKey] | None = None,
     ) -> list[Job]:
-        if not self.claims.pooled:
-            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, {}, kinds)
+        """One claim of `kinds` (None: any) from `queues`, from `keys` on."""
+        if not self.claims.pooled:  # synchronous_commit=off is a setting of the claims session
+            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, kinds)
+        # Through a transaction pooler there is no session to hold it: the claim's own
+        # transaction sets it, sent in one pipeline with the claim.
         async with conn.pipeline(), conn.transaction():
             await conn.execute(SQL["claim_without_flush_wait"])
-            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, {}, kinds)
+            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, kinds)
 
     def _crashed_before(self, jobs: Iterable[Job]) -> None:
         """Jobs of shared kinds whose earlier attempt took its process down run alone from now on."""
