@@ -196,6 +196,8 @@ def _initdb(target: Path) -> None:
         utils.ensure_user_exists(user)
         utils.ensure_prefix_permissions(target)
         bin_dir = package._commands.POSTGRES_BIN_PATH
+        # Its user must reach the binaries too: a checkout in a private directory (mktemp -d) holds them.
+        utils.ensure_prefix_permissions(bin_dir)
         utils.ensure_folder_permissions(bin_dir, stat.S_IRGRP | stat.S_IROTH | stat.S_IXGRP | stat.S_IXOTH)
         utils.ensure_folder_permissions(bin_dir.parent / "lib", stat.S_IRGRP | stat.S_IROTH)
         import pwd  # POSIX only, like running as root
