@@ -10,7 +10,7 @@ from datetime import timedelta
 
 from jobsup import client
 from jobsup.db import lifecycle
-from jobsup.supervisor.dispatcher import HANDOUT_MAX
+from jobsup.supervisor.handout import HANDOUT_MAX
 
 from .helpers import wait_for
 from .supervisor_helpers import make_calls_table

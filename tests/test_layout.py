@@ -64,3 +64,25 @@ def test_the_layout_table_names_every_module_of_the_packages_it_lists():
         files = {p.name for p in (PACKAGE / package).glob("*.py") if p.name != "__init__.py"}
         missing = sorted(name for name in files if f"`{name}`" not in rows[package])
         assert not missing, f"the layout row of {package}/ does not name {missing}"
+
+
+# The rooms the dispatcher builds (architecture page, "The supervisor's loop"): only they and the
+# dispatcher hold one another; the rest of the supervisor calls the Dispatcher's methods.
+ROOMS = {"claimer", "handout", "writer", "renewer", "held", "pace"}
+
+
+def test_no_module_of_the_supervisor_reaches_into_the_dispatchers_rooms():
+    import ast
+
+    offences = []
+    for path in sorted((PACKAGE / "supervisor").glob("*.py")):
+        if path.stem in ROOMS | {"dispatcher"}:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in ROOMS:
+                offences.append(f"{path.name}:{node.lineno}: .{node.attr}")
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[-1] in ROOMS - {"pace"}:
+                offences.append(f"{path.name}:{node.lineno}: imports {node.module}")
+    assert offences == []
+    # The check finds what the supervisor did before the rooms: the hard stop wrote the hand-back buffer.
+    assert any(isinstance(n, ast.Attribute) and n.attr in ROOMS for n in ast.walk(ast.parse("d.writer.release(x)")))

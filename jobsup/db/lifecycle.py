@@ -97,7 +97,7 @@ def claim(
 
     `after` maps a queue to the key of the last job this claimer took there: its scan starts past it,
     skipping the dead index entries of the jobs claimed before. The caller vouches that nothing before
-    that key has become claimable since (the dispatcher's rules: supervisor/dispatcher.py). `kinds`
+    that key has become claimable since (the claimer's rules: supervisor/keys.py). `kinds`
     limits the claim to the kinds the caller can run (None: any); other jobs stay queued as they are."""
     return run(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
 

@@ -2,7 +2,7 @@
 
 The supervisor sees every job's claim and finish, so it counts both figures into histograms as it goes
 (`Recorder`) and adds them to the current 1-minute and 10-minute rows of `jobsup.latency` with its
-outcome writes, at most once a second and in the same round trip (dispatcher.py). Every supervisor adds
+outcome writes, at most once a second and in the same round trip (supervisor/writer.py). Every supervisor adds
 to the same rows, so reading merges them all; reading sums 14 rows per kind and figure (seven of each
 period), whatever the jobs table holds.
 

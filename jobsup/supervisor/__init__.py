@@ -8,7 +8,15 @@ The modules, one job each:
 - keeper: the process keeper: spawns, watches, times out, recycles and restarts the workers.
 - worker: the worker process: imports the app and runs the jobs it is handed; no database.
 - wire: the messages on the pipes between the supervisor and a worker.
-- dispatcher: claims, hands jobs out, buffers and writes outcomes, renews leases.
+- dispatcher: builds the rooms below, and turns a worker's answer or death, or an operator's cancel,
+  into an outcome; the one object the supervisor and the duties talk to about jobs.
+- claimer: claims what the workers can start soon, with the limited planner; wakes for NOTIFYs and run_at.
+- handout: the prefetch, and which worker process starts each job (alone or shared).
+- writer: the outcome writer: buffers each outcome by its statement and writes them in batches.
+- renewer: renews the lease of every held job.
+- held: what the supervisor holds, from claim to written outcome.
+- pace: how long handlers run and how fast jobs finish.
+- wakeup: the flag the loops wait on.
 - keys: where each queue's next claim starts.
 - link: a connection of the supervisor that reconnects with backoff.
 - log: one log line per lifecycle event.
@@ -21,7 +29,9 @@ The modules, one job each:
 - heartbeat: duty: this supervisor's row for the console; reads back the paused queues.
 - scheduler: duty: enqueues the fires of the app's schedules.
 - pruner: duty: deletes finished history past its retention window.
-- metrics: duty: /metrics and /healthz on --metrics-port.
+- exporter: duty: /metrics and /healthz on --metrics-port.
+- sharing: the worker's side of jobs that share a process.
+- declaration: records the app's limits before the first claim.
 
 It may import jobsup.db, jobsup.ops and the public modules (jobsup.app, jobsup.client, jobsup.job,
 jobsup.errors, ...); never jobsup.monitor or jobsup.cli, which are built on top of it or beside it.

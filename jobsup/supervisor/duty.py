@@ -25,8 +25,8 @@ class Duty(Protocol):
 
 @dataclass(frozen=True)
 class Loop:
-    """A loop that belongs to another object (the dispatcher's claims, writes and leases, the keeper's
-    clock) run as a duty, so the supervisor starts, watches and stops every loop the same way."""
+    """A loop that belongs to another object (the claimer's, the outcome writer's and the lease renewer's,
+    the keeper's clock) run as a duty, so the supervisor starts, watches and stops every loop the same way."""
 
     name: str
     run: Callable[[], Coroutine[Any, Any, None]]

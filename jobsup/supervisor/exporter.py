@@ -129,7 +129,7 @@ class _Collector:
             ),
         ):
             family = HistogramMetricFamily(name, text, labels=["kind"])
-            for (kind, m), h in d.latency.histograms().items():
+            for (kind, m), h in d.latency().histograms().items():
                 if m == metric:
                     _histogram(family, [kind], h)
             yield family

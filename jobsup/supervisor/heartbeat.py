@@ -95,7 +95,7 @@ class Heartbeat:
             "procs": self.config.procs,
             "state": state,
             "workers": Jsonb(workers),
-            "jobs_done": d.jobs_done,
+            "jobs_done": d.jobs_done(),
         }
 
         async def write(conn: psycopg.AsyncConnection) -> tuple[list[str], list[str], list[str], int, str]:
@@ -104,7 +104,7 @@ class Heartbeat:
             assert row is not None  # an upsert with RETURNING returns its row, inserted or updated
             return row[0], row[1], row[2], row[3], row[4]
 
-        notes = d.pause_notes
+        notes = d.pause_notes()
         paused, limited, keyed, oldest_protocol, why = await self.link.run(write, deadline=deadline)
         self.reached_db = asyncio.get_running_loop().time()
         if state == "running":  # the backstops of the pause and limit NOTIFYs

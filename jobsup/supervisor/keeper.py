@@ -759,6 +759,20 @@ class Keeper:
     def alive(self) -> bool:
         return any(w.process.is_alive() for w in self.all_processes())
 
+    def take_jobs(self) -> tuple[list[Job], list[Job]]:
+        """Every job handed to a worker, taken back before a hard stop kills them all: (those running,
+        those handed behind one and not started)."""
+        running: list[Job] = []
+        unstarted: list[Job] = []
+        for worker in self.all_processes():
+            running.extend(worker.sharing.values())
+            worker.sharing.clear()
+            if worker.jobs:
+                running.append(worker.jobs.popleft())
+                unstarted.extend(worker.jobs)
+                worker.jobs.clear()
+        return running, unstarted
+
     def kill_all(self, reason: str | None = None) -> None:
         """SIGKILL every worker. `reason`, the keeper's own cause of the kill, is what each worker's
         end is logged with (a worker already being stopped keeps the cause it has): the signal alone

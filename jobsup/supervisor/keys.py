@@ -1,4 +1,4 @@
-"""Where each queue's next claim starts: the dispatcher's claim keys (queue.claim's `after`).
+"""Where each queue's next claim starts: the claimer's claim keys (queue.claim's `after`).
 
 A claim starts each queue's scan past the last job it took there, so a deep backlog costs the same per
 claim as a shallow one: from the head, the scan steps over the dead index entries of every job claimed
@@ -9,7 +9,7 @@ a job may have come back there:
 - a NOTIFY for our queues: a release, reap or requeue (a job back at its old place), an insert with a
   run_at not after our keys (an explicit one, or the now() of a long transaction); an insert that sorts
   after them keeps them, so a steady enqueue during a drain keeps them;
-- a claim that came back short, which then runs again from the heads before the dispatcher concludes
+- a claim that came back short, which then runs again from the heads before the claimer concludes
   that nothing is left; a lost claim connection; a listener start;
 - poll_interval after the keys were set: the safety net for what nobody announces, such as a row that
   another transaction held locked and let go untaken.

@@ -29,10 +29,10 @@ from jobsup.errors import first_line
 from jobsup.job import JobSpec
 from jobsup.schedule import Schedule
 from jobsup.supervisor.config import Config
-from jobsup.supervisor.dispatcher import Wakeup
 from jobsup.supervisor.keeper import Keeper
 from jobsup.supervisor.link import Link
 from jobsup.supervisor.log import EventLog
+from jobsup.supervisor.wakeup import Wakeup
 
 # Most fires one pass enqueues when it is on time (a supervisor stalled by a long database outage).
 ON_TIME_CAP = 1000

@@ -20,7 +20,7 @@ from jobsup.job import Job
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.declaration import Declaration
-from jobsup.supervisor.dispatcher import Dispatcher, Wakeup
+from jobsup.supervisor.dispatcher import Dispatcher
 from jobsup.supervisor.duty import Duties, Duty, Loop
 from jobsup.supervisor.heartbeat import Heartbeat
 from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
@@ -31,6 +31,7 @@ from jobsup.supervisor.pruner import Pruner
 from jobsup.supervisor.reaper import Reaper
 from jobsup.supervisor.scheduler import Scheduler
 from jobsup.supervisor.tally import Tally
+from jobsup.supervisor.wakeup import Wakeup
 
 # How often the keeper checks job timeouts and kills workers past their grace period.
 TICK = 0.05
@@ -171,9 +172,15 @@ class Supervisor:
                 poll=f"{config.poll_interval * 1000:g}ms",
             )
         self.dispatcher = d = Dispatcher(
-            config, self.log, self.id, self.keeper, self.links["claims"], self.links["writes"], self.tally
+            config,
+            self.log,
+            self.id,
+            self.keeper,
+            self.links["claims"],
+            self.links["writes"],
+            self.tally,
+            Declaration(dsn, self.log, self.id, self.keeper),
         )
-        d.declaration = Declaration(dsn, self.log, self.id, self.keeper)
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             d.worker_ready(worker)
         scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])
@@ -192,11 +199,7 @@ class Supervisor:
         await self.heartbeat.beat()
         # Started in this order: the claim loop before the listener's first LISTEN, which then claims
         # once for whatever was announced before anyone listened.
-        duties: list[Duty] = [
-            Loop("claim", d.claim_loop),
-            Loop("flush", d.flush_loop),
-            Loop("lease", d.lease_loop),
-        ]
+        duties: list[Duty] = d.duties()
         if "listen" in self.links:
             duties.append(Listener(self.config, self.log, self.links["listen"], d, scheduler))
         duties += [
@@ -248,8 +251,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         d = self.dispatcher
         assert d is not None
-        d.stopping = True
-        d.claim_wakeup.set()
+        d.stop()
         self.keeper.stopping = True  # no respawns; a worker that finishes its job is told to exit
         for worker in self.keeper.all_processes():
             if worker.state in ("idle", "starting"):
@@ -261,7 +263,7 @@ class Supervisor:
                 "shutdown.started",
                 signal=self.signals[0],
                 running=len(d.running()),
-                prefetched=len(d.prefetched),
+                prefetched=d.prefetched(),
                 timeout=f"{self.config.shutdown_timeout:g}s",
             )
         # A claim in flight lands, and what it took is released below; a claim loop stuck reconnecting
@@ -321,8 +323,8 @@ class Supervisor:
             self.log(
                 "shutdown.done",
                 "error",
-                jobs_done=d.jobs_done,
-                unwritten=len(d.held),
+                jobs_done=d.jobs_done(),
+                unwritten=d.holding(),
                 note="the database did not answer; the reaper returns unwritten jobs when their leases expire",
             )
             return EXIT_FAILURE
@@ -342,14 +344,7 @@ class Supervisor:
         self.log("shutdown.now", "warning", reason="second Ctrl-C", running=len(d.running()))
         self.keeper.stopping = True
         d.release_prefetched()  # claimed, not yet in a worker: handed back like the unstarted ones
-        for worker in self.keeper.all_processes():
-            if worker.sharing:
-                d.release_buffer.extend((job, f"{INTERRUPTED}: {HARD_STOP}") for job in worker.sharing.values())
-                worker.sharing.clear()
-            if worker.jobs:
-                d.release_buffer.append((worker.jobs.popleft(), f"{INTERRUPTED}: {HARD_STOP}"))
-                d.release_buffer.extend((job, None) for job in worker.jobs)
-                worker.jobs.clear()
+        d.release_running(HARD_STOP)
         self.keeper.kill_all(HARD_STOP)
         loop = asyncio.get_running_loop()
         try:

@@ -1,5 +1,5 @@
--- Queue latency and run time per kind per minute (jobsup/ops/latency.py). Each supervisor's dispatcher
--- (jobsup/supervisor/dispatcher.py) merges its histograms into jobsup.latency; jobsup/ops/latency.py
+-- Queue latency and run time per kind per minute (jobsup/ops/latency.py). Each supervisor's outcome writer
+-- (jobsup/supervisor/writer.py) merges its histograms into jobsup.latency; jobsup/ops/latency.py
 -- reads them for `jobsup stats` (jobsup/ops/snapshot.py) and the console (jobsup/monitor/source.py);
 -- the pruner (jobsup/supervisor/pruner.py) trims them.
 

@@ -1,7 +1,7 @@
 -- The supervisor's statements on the jobs it runs, run by jobsup/db/lifecycle.py (and through it by the
 -- supervisor and jobsup.testing.drain): claim; the outcome writes complete, fail, snooze, cancel_held
 -- and release; release_orphans; the lease renewal (extend); the reaper (reap); and upcoming, for the
--- listener. claim_without_flush_wait is run by jobsup/supervisor/dispatcher.py.
+-- listener. claim_without_flush_wait is run by jobsup/supervisor/claimer.py.
 --
 -- The fence of every outcome write (docs/design/architecture.md, invariant 2): a row changes only
 -- while it is still 'running' under the writer's locked_by and the same attempt, so a late result from
@@ -24,7 +24,7 @@
 -- range), then the key's level from the key on (an index range: `priority =` and a row comparison on
 -- the next two columns), then the levels below. In that order the branches need no sort, and the
 -- LIMIT stops the later ones unstarted. The key skips only what the claimer saw was not claimable in
--- its own level; the dispatcher forgets it whenever a job may have come back there (dispatcher.py).
+-- its own level; the claimer forgets it whenever a job may have come back there (keys.py).
 --
 -- `kinds` (NULL: any) are the kinds the claimer's app can run: a job of another kind stays queued,
 -- attempts untouched, for a supervisor that can run it. The index has no kind, so a claim steps over
