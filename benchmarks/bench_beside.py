@@ -2,14 +2,16 @@
 what a feature costs the jobs that do not use it.
 
     .venv/bin/python -m benchmarks.bench_beside --base /tmp/base --base-commit 0d1f1c0 [--pairs 10]
-        [--jobs 100000] [--procs 8] [--kind noop|sleep_1ms] [--dsn DSN] [--json PATH]
+        [--jobs 100000] [--procs 8] [--kind noop|sleep_1ms] [--limit N] [--dsn DSN] [--json PATH]
         [--this /tmp/this --this-commit REV]
 
 Each side, in turn, on the same server (--dsn's, which must run on this machine, or an embedded one):
   1. a fresh database, migrated by that side's own `jobsup migrate`, autovacuum off on its jobs table
      (it would start at an arbitrary moment of one side's drain);
-  2. that side's `jobsup start --procs N` on the bench app, left to spawn its workers and go idle;
-  3. --jobs no-op jobs inserted in one statement (plain SQL, which both schemas take), and drained.
+  2. with --limit N, the kind limited to N at once by that side's `jobsup limit` (its jobs are then
+     claimed by claim_limited: the limited claim's cost);
+  3. that side's `jobsup start --procs N` on the bench app, left to spawn its workers and go idle;
+  4. --jobs no-op jobs inserted in one statement (plain SQL, which both schemas take), and drained.
 Per side and run: jobs/s from the first claim to the last outcome (the jobs' own started_at and
 done_at), and the CPU seconds per 1,000 jobs of the supervisor with its workers and of every server
 process, counted from /proc between the idle moment and the last outcome. CPU is the steadier figure
@@ -137,9 +139,12 @@ def server_processes(conn: psycopg.Connection) -> list[psutil.Process]:
     return [postmaster, *postmaster.children()]
 
 
-def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int, kind: str = "noop") -> dict[str, float]:
+def one_side(
+    python: Path, root: Path, server_dsn: str, jobs: int, procs: int, kind: str = "noop", limit: int | None = None
+) -> dict[str, float]:
     """One drain of `jobs` jobs of the bench app's `kind` by the `jobsup start` of the checkout at `root`:
-    its figures."""
+    its figures. `limit`: the kind limited to that many at once (set by that side's `jobsup limit`), so its
+    jobs are claimed by claim_limited."""
     with psycopg.connect(server_dsn, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE IF EXISTS {DATABASE} WITH (FORCE)")
         admin.execute(f"CREATE DATABASE {DATABASE}")
@@ -148,6 +153,15 @@ def one_side(python: Path, root: Path, server_dsn: str, jobs: int, procs: int, k
     migrated = subprocess.run([*jobsup, "migrate", "--dsn", dsn], cwd=root, env=side_env(), capture_output=True)
     if migrated.returncode != 0:
         raise BenchFailed(f"bench: jobsup migrate of {root} exited {migrated.returncode}: {migrated.stderr[-500:]!r}")
+    if limit is not None:
+        limited = subprocess.run(
+            [*jobsup, "limit", kind, "--concurrency", str(limit), "--new-kind", "--dsn", dsn],
+            cwd=root,
+            env=side_env(),
+            capture_output=True,
+        )
+        if limited.returncode != 0:
+            raise BenchFailed(f"bench: jobsup limit of {root} exited {limited.returncode}: {limited.stderr[-500:]!r}")
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute("ALTER TABLE jobsup.jobs SET (autovacuum_enabled = false)")
         with tempfile.TemporaryFile() as log:
@@ -219,6 +233,7 @@ def pairs(
     procs: int,
     this: tuple[Path, str] | None = None,
     kind: str = "noop",
+    limit: int | None = None,
 ) -> dict[str, float]:
     """`count` alternating pairs of drains, this checkout's (or, with `this`, a clone of its commit made
     as the base's is) and `commit`'s: the medians of their figures and ratios."""
@@ -234,7 +249,7 @@ def pairs(
     with contextlib.nullcontext(dsn) if dsn else server.fresh_database(None, DATABASE + "_admin") as where:
         for number in range(count):
             order = ("this", "base") if number % 2 == 0 else ("base", "this")
-            figures = {side: one_side(*sides[side], where, jobs, procs, kind) for side in order}
+            figures = {side: one_side(*sides[side], where, jobs, procs, kind, limit) for side in order}
             results.append(pair_ratios(figures["this"], figures["base"]))
             r = results[-1]
             print(
@@ -249,7 +264,8 @@ def pairs(
     medians = {key: statistics.median(r[key] for r in results) for key in results[0]}
     spread = {key: sorted(r[key] for r in results) for key in ("jobs_per_s_ratio", "cpu_ratio")}
     print(
-        f"\n{jobs:,} {kind} jobs on --procs {procs}, {'this checkout' if this is None else this[1]} / {commit}, "
+        f"\n{jobs:,} {kind} jobs{'' if limit is None else f' limited to {limit}'} on --procs {procs}, "
+        f"{'this checkout' if this is None else this[1]} / {commit}, "
         f"medians of {count} pairs "
         f"({os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}):\n"
         f"  jobs/s        {medians['this_jobs_per_s']:9,.0f} / {medians['base_jobs_per_s']:9,.0f}   ratio "
@@ -273,17 +289,22 @@ def main() -> int:
     parser.add_argument("--procs", type=int, default=8, help="each supervisor's workers (default 8)")
     parser.add_argument("--dsn", help="a server on this machine (default: an embedded one, made and removed)")
     parser.add_argument("--kind", default="noop", help="the bench app's kind drained: noop (default) or sleep_1ms")
+    parser.add_argument("--limit", type=int, help="limit the kind to N at once: the limited claim's cost")
     parser.add_argument("--json", help="write the medians here")
     args = parser.parse_args()
     try:
         if min(args.pairs, args.jobs, args.procs) < 1:
             raise BadInput("--pairs, --jobs and --procs must be 1 or more")
+        if args.limit is not None and args.limit < 1:
+            raise BadInput(f"--limit must be 1 or more, not {args.limit}")
         if (args.this is None) != (args.this_commit is None):
             raise BadInput("--this and --this-commit go together")
         this = None if args.this is None else (Path(args.this), args.this_commit)
         if args.kind not in ("noop", "sleep_1ms"):
             raise BadInput(f"--kind is noop or sleep_1ms, not {args.kind!r}")
-        figures = pairs(args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs, this, args.kind)
+        figures = pairs(
+            args.dsn, args.pairs, Path(args.base), args.base_commit, args.jobs, args.procs, this, args.kind, args.limit
+        )
     except BadInput as exc:
         print(f"bench_beside: {exc}", file=sys.stderr)
         return 2

@@ -34,7 +34,8 @@ def head() -> str:
 
 
 @pytest.mark.slow  # two real `jobsup start`, one on each side
-def test_one_pair_drains_both_sides_and_counts_their_cpu(server_dsn, tmp_path):
+@pytest.mark.parametrize("limit", [None, 4])  # 4: each side's `jobsup limit` sets it, claim_limited drains
+def test_one_pair_drains_both_sides_and_counts_their_cpu(server_dsn, tmp_path, limit):
     base = tmp_path / "base"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(base)], check=True)
     subprocess.run(["git", "-C", str(base), "checkout", "-q", head()], check=True)
@@ -44,10 +45,11 @@ def test_one_pair_drains_both_sides_and_counts_their_cpu(server_dsn, tmp_path):
     out = tmp_path / "figures.json"
     result = bench(
         "--base", str(base), "--base-commit", head(), "--pairs", "1", "--jobs", "3000", "--procs", "2",
-        "--dsn", server_dsn, "--json", str(out),
+        "--dsn", server_dsn, "--json", str(out), *([] if limit is None else ["--limit", str(limit)]),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "pair 1 (this first)" in result.stdout and "CPU ms/1,000" in result.stdout
+    assert ("3,000 noop jobs limited to 4 on" in result.stdout) == (limit is not None)
     figures = json.loads(out.read_text())
     for side in ("this", "base"):
         assert figures[f"{side}_jobs_per_s"] > 0
@@ -66,6 +68,7 @@ def test_one_pair_drains_both_sides_and_counts_their_cpu(server_dsn, tmp_path):
         (["--base", "/nonexistent-base", "--base-commit", "HEAD", "--pairs", "0"], "--pairs, --jobs and --procs"),
         (["--base", "/tmp", "--base-commit", "not-a-commit"], "git -C"),
         (["--base", "/tmp", "--base-commit", "HEAD", "--this", "/tmp"], "--this and --this-commit go together"),
+        (["--base", "/tmp", "--base-commit", "HEAD", "--limit", "0"], "--limit must be 1 or more"),
     ],
 )
 def test_bad_flags_are_refused_in_one_line(args, says):
