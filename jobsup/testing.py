@@ -275,7 +275,7 @@ class _Inline:
     functions at the end, as in a worker of jobsup start."""
 
     def __init__(self, app: App) -> None:
-        from jobsup.supervisor.worker import Runner, run_hooks
+        from jobsup.worker.runner import Runner, run_hooks
 
         self.runner = Runner(app)
         run_hooks(self.runner, app.worker_start)
@@ -284,27 +284,27 @@ class _Inline:
         return self.runner.run(job)
 
     def close(self) -> None:
-        from jobsup.supervisor.worker import run_hooks
+        from jobsup.worker.runner import run_hooks
 
         run_hooks(self.runner, self.runner.app.worker_stop, quiet=True)
 
 
 class _Processes:
     """One worker process of jobsup's at a time, replaced when it dies or is stopped for a timeout,
-    as the supervisor's keeper does (jobsup/supervisor/keeper.py)."""
+    as the supervisor's keeper does (jobsup/supervisor/keeper.py), through the same jobsup.worker."""
 
     def __init__(self, target: str, timeout: float) -> None:
         self.target = target
         self.timeout = timeout
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
+        self.ctx.set_forkserver_preload(["jobsup.worker.main"])
         self.timeouts: dict[str, float] = {}
         self.process: BaseProcess | None = None  # None once closed
         self._start()
 
     def _start(self) -> None:
-        from jobsup.supervisor.wire import Reader
-        from jobsup.supervisor.worker import worker_main
+        from jobsup.worker.main import worker_main
+        from jobsup.worker.wire import Reader
 
         their_inbox, self.inbox = self.ctx.Pipe(duplex=False)
         self.outbox, their_outbox = self.ctx.Pipe(duplex=False)
@@ -346,9 +346,9 @@ class _Processes:
         return self.pending.pop(0)
 
     def run(self, job: Job) -> Answer:
-        from jobsup.supervisor.keeper import exit_cause
-        from jobsup.supervisor.wire import send
-        from jobsup.supervisor.worker import job_fields
+        from jobsup.worker.main import exit_cause
+        from jobsup.worker.messages import job_fields
+        from jobsup.worker.wire import send
 
         # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
         # Job carries the text here, as it does in the supervisor (Job.errors is typed as the handler sees it).
@@ -390,7 +390,7 @@ class _Processes:
                 pass
 
     def close(self) -> None:
-        from jobsup.supervisor.wire import send
+        from jobsup.worker.wire import send
 
         if self.process is None:
             return

@@ -10,6 +10,7 @@ import random
 import signal
 import tempfile
 import time
+import warnings
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -23,8 +24,10 @@ from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import restart_cause
-from jobsup.supervisor.wire import Reader, send
-from jobsup.supervisor.worker import job_fields, worker_main
+from jobsup.worker.main import exit_cause as _exit_cause
+from jobsup.worker.main import worker_main
+from jobsup.worker.messages import job_fields
+from jobsup.worker.wire import Reader, send
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
 START_BACKOFF_FIRST = 0.5
@@ -48,23 +51,17 @@ RECALL_AFTER = 0.05
 RECYCLE_JITTER = 0.1
 
 
-def exit_cause(exitcode: int | None) -> str:
-    """Why a worker process ended, in the words last_error uses.
-
-    >>> exit_cause(-11), exit_cause(-9), exit_cause(3)
-    ('worker exited with signal SIGSEGV', 'worker killed (SIGKILL; out of memory?)', 'worker exited with code 3')
-    """
-    if exitcode is None:
-        return "worker vanished"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        if name == "SIGKILL":
-            return "worker killed (SIGKILL; out of memory?)"
-        return f"worker exited with signal {name}"
-    return f"worker exited with code {exitcode}"
+def __getattr__(name: str) -> Any:
+    # exit_cause moved to jobsup.worker.main (jobsup.testing uses it too); the old path warns for one release.
+    if name == "exit_cause":
+        warnings.warn(
+            "jobsup.supervisor.keeper.exit_cause moved to jobsup.worker.main.exit_cause; "
+            "the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _exit_cause
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stop_status(reason: str) -> str:
@@ -108,7 +105,7 @@ class Worker:
     # The trace and span of the attempt it answered last, when its run was traced (jobsup.otel): the
     # dispatcher's log lines about that answer carry them.
     trace: tuple[str, str] | None = None
-    # Jobs that share the process (jobsup.supervisor.sharing), all running at once: id -> job, and when
+    # Jobs that share the process (jobsup.worker.sharing), all running at once: id -> job, and when
     # each started (loop clock). A process runs either one alone job at a time (`jobs`) or these.
     sharing: dict[int, Job] = field(default_factory=dict)
     shared_started: dict[int, float] = field(default_factory=dict)
@@ -187,7 +184,7 @@ class Keeper:
         # milliseconds rather than the quarter second jobsup.app's imports (psycopg among them) take,
         # which is what a crash of a process running shared jobs costs its neighbours in waiting.
         # jobsup's modules open nothing at import; the app itself is imported in each worker.
-        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker", "jobsup.app", "jobsup.supervisor.sharing"])
+        self.ctx.set_forkserver_preload(["jobsup.worker.main", "jobsup.app", "jobsup.worker.sharing"])
         self.slots = [Slot(i) for i in range(self.config.procs)]
         self.loop: asyncio.AbstractEventLoop | None = None
         # Where each worker's faulthandler report goes: a file a worker makes only once it runs shared
@@ -408,7 +405,7 @@ class Keeper:
         worker.inbox.close()
         worker.outbox.close()
         slot = self.slots[worker.slot]
-        cause = worker.stop_reason or exit_cause(exitcode)
+        cause = worker.stop_reason or _exit_cause(exitcode)
         retired = worker in self.retiring
         self.retiring.discard(worker)
         current = self.workers.get(worker.slot) is worker
@@ -460,7 +457,7 @@ class Keeper:
         self._after_exit(worker, slot, current, busy=job is not None)
 
     def _after_exit(self, worker: Worker, slot: Slot, current: bool, busy: bool) -> None:
-        cause = worker.stop_reason or exit_cause(worker.process.exitcode)
+        cause = worker.stop_reason or _exit_cause(worker.process.exitcode)
         if current and not self.stopping:
             self._count_restart("start_failed" if worker.state == "starting" else restart_cause(cause))
             self._respawn(slot, after_start_failure=worker.state == "starting" and not busy)
@@ -591,7 +588,7 @@ class Keeper:
             self.on_lost_shared(worker, jobs, culprit, cause)
 
     def _fault_culprit(self, worker: Worker) -> int | None:
-        from jobsup.supervisor.sharing import culprit_of_fault
+        from jobsup.worker.sharing import culprit_of_fault
 
         try:
             with open(worker.fault_path, errors="replace") as report:
