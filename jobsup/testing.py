@@ -303,6 +303,7 @@ class _Processes:
         self._start()
 
     def _start(self) -> None:
+        from jobsup.worker import messages
         from jobsup.worker.main import worker_main
         from jobsup.worker.wire import Reader
 
@@ -319,11 +320,13 @@ class _Processes:
         self.reader = Reader(self.outbox.fileno())
         self.pending: list[tuple] = []
         message = self._next(START_TIMEOUT)
-        if not isinstance(message, tuple) or message[0] != "ready":
-            reason = message[1] if message is not None and message[0] == "fatal" else "the worker did not start"
+        if not isinstance(message, tuple) or message[0] != messages.READY:
+            reason = "the worker did not start"
+            if isinstance(message, tuple) and message[0] == messages.FATAL:
+                reason = messages.read_fatal(message)
             self.close()
             raise AppNotFound(reason)
-        self.timeouts = dict(message[3])
+        self.timeouts = dict(messages.read_ready(message).timeouts)
 
     def _next(self, timeout: float) -> tuple | str:
         """The worker's next message; "ended" if the worker is gone, "timeout" after `timeout` seconds
@@ -346,8 +349,8 @@ class _Processes:
         return self.pending.pop(0)
 
     def run(self, job: Job) -> Answer:
+        from jobsup.worker import messages
         from jobsup.worker.main import exit_cause
-        from jobsup.worker.messages import job_fields
         from jobsup.worker.wire import send
 
         # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
@@ -355,18 +358,19 @@ class _Processes:
         errors = json.dumps(job.errors) if job.errors else None
         meta = json.dumps(job.meta) if job.meta else None
         as_text = job._replace(payload=json.dumps(job.payload), errors=errors, meta=meta)  # type: ignore[arg-type]
-        send(self.inbox.fileno(), ("jobs", [job_fields(as_text)]))
+        send(self.inbox.fileno(), messages.jobs([as_text]))
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):
-            return Answer(*message[1:7])  # a traced run's answer carries its trace after them
+            answer, _ = messages.read_answer(message)  # the trace of a traced run: not the drain's to log
+            return answer
         process = self.process
         assert process is not None, "the worker process is closed"
         if message == "timeout":
             cause = f"timed out after {limit:g}s"
             # As the keeper does: the reason first, for the run middleware of the attempt it stops.
             try:
-                send(self.inbox.fileno(), ("interrupt", "timed_out", cause))
+                send(self.inbox.fileno(), messages.interrupt(messages.Interrupt("timed_out", cause)))
             except OSError:
                 pass
             process.terminate()
@@ -390,12 +394,13 @@ class _Processes:
                 pass
 
     def close(self) -> None:
+        from jobsup.worker import messages
         from jobsup.worker.wire import send
 
         if self.process is None:
             return
         try:
-            send(self.inbox.fileno(), ("stop",))
+            send(self.inbox.fileno(), messages.stop())
         except (OSError, ValueError):
             pass
         self.process.join(5)

@@ -24,9 +24,9 @@ from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import restart_cause
+from jobsup.worker import messages
 from jobsup.worker.main import exit_cause as _exit_cause
 from jobsup.worker.main import worker_main
-from jobsup.worker.messages import job_fields
 from jobsup.worker.wire import Reader, send
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
@@ -292,12 +292,11 @@ class Keeper:
         for message in messages:
             self._message(worker, message)
 
-    def _message(self, worker: Worker, message: tuple) -> None:
+    def _message(self, worker: Worker, message: messages.Message) -> None:
         tag = message[0]
-        if tag == "answer":
-            # A traced run's answer carries the trace and span of the attempt after the Answer's fields.
-            answer = Answer(*message[1:7])
-            worker.trace = message[7] if len(message) > 7 else None
+        if tag == messages.ANSWER:
+            # A traced run's answer carries the trace and span of the attempt.
+            answer, worker.trace = messages.read_answer(message)
             if worker.sharing:
                 self._shared_answer(worker, answer)
                 return
@@ -326,8 +325,8 @@ class Keeper:
                 self.stop_worker(worker)
             elif not self._retire_if_due(worker):
                 self.on_ready(worker)
-        elif tag == "blocked":
-            _, behind, ids, culprit = message
+        elif tag == messages.BLOCKED:
+            behind, ids, culprit = messages.read_blocked(message)
             worker.blocked = (self._now() - behind, ids, culprit)
             self.blocked_count += 1
             self.log(
@@ -340,17 +339,17 @@ class Keeper:
                 by=culprit,
                 note="a sync call in an async handler blocks the event loop of every job in the process",
             )
-        elif tag == "recalled":
+        elif tag == messages.RECALLED:
             worker.recalling = False
-            ids = set(message[1])
-            back = [job for job in worker.jobs if job.id in ids]
+            given_back = set(messages.read_recalled(message))
+            back = [job for job in worker.jobs if job.id in given_back]
             if back:
-                worker.jobs = deque(job for job in worker.jobs if job.id not in ids)
+                worker.jobs = deque(job for job in worker.jobs if job.id not in given_back)
                 if self.on_recalled is not None:
                     self.on_recalled(worker, back)
-        elif tag == "lag":
-            worker.lag = message[1]
-        elif tag == "unblocked":
+        elif tag == messages.LAG:
+            worker.lag = messages.read_lag(message)
+        elif tag == messages.UNBLOCKED:
             if worker.blocked is not None:
                 self.log(
                     "worker.unblocked",
@@ -359,8 +358,8 @@ class Keeper:
                     seconds=round(self._now() - worker.blocked[0], 3),
                 )
             worker.blocked = None
-        elif tag == "ready":
-            _, pid, kinds, timeouts, schedules, limits, shared = message
+        elif tag == messages.READY:
+            pid, kinds, timeouts, schedules, limits, shared = messages.read_ready(message)
             worker.state = "idle"
             slot = self.slots[worker.slot]
             slot.start_failures = 0
@@ -393,8 +392,8 @@ class Keeper:
                 self.stop_worker(worker)
             else:
                 self.on_ready(worker)
-        elif tag == "fatal":
-            worker.stop_reason = message[1]
+        elif tag == messages.FATAL:
+            worker.stop_reason = messages.read_fatal(message)
 
     def _exited(self, worker: Worker) -> None:
         if not worker.outbox.closed and worker.outbox.poll():
@@ -501,7 +500,7 @@ class Keeper:
             worker.shared_started[job.id] = now
             worker.shared_kinds[job.kind] += 1
         try:
-            send(worker.inbox.fileno(), ("shared", [job_fields(j) for j in jobs]))
+            send(worker.inbox.fileno(), messages.shared(jobs))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and its jobs are accounted for
 
@@ -516,7 +515,7 @@ class Keeper:
             return
         worker.shared_stopping[job.id] = (self._now() + self.config.kill_grace, reason)
         try:
-            send(worker.inbox.fileno(), ("cancel", job.id, stop_status(reason), reason))
+            send(worker.inbox.fileno(), messages.cancel(messages.Cancel(job.id, stop_status(reason), reason)))
         except (OSError, ValueError):
             pass
 
@@ -639,7 +638,7 @@ class Keeper:
         worker.job_started = self._now()
         worker.job_started_wall = time.time()
         try:
-            send(worker.inbox.fileno(), ("jobs", [job_fields(j) for j in jobs]))
+            send(worker.inbox.fileno(), messages.jobs(jobs))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and the job counts as lost
 
@@ -676,7 +675,7 @@ class Keeper:
         worker.state = "stopping" if worker.job is None and not worker.sharing else worker.state
         # Told first, so a worker with run middleware can tell them why its attempt ends (worker.py).
         try:
-            send(worker.inbox.fileno(), ("interrupt", stop_status(reason), reason))
+            send(worker.inbox.fileno(), messages.interrupt(messages.Interrupt(stop_status(reason), reason)))
         except (OSError, ValueError):
             pass
         self._signal(worker, signal.SIGTERM)
@@ -712,7 +711,7 @@ class Keeper:
         """Ask an idle worker to exit after its current message."""
         worker.state = "stopping"
         try:
-            send(worker.inbox.fileno(), ("stop",))
+            send(worker.inbox.fileno(), messages.stop())
         except (OSError, ValueError):
             pass
 

@@ -1,8 +1,8 @@
 """The worker process: it imports the app, then runs one job at a time as the supervisor sends them.
 
-It never talks to the database. It reads ("jobs", [job, ...]) from its pipe (each payload as the JSON
-text the claim returned: parsed here, not in the supervisor's one thread), runs them in order and
-answers each with ("answer", *Answer): its id, the error and traceback of a failure (None, None when
+It never talks to the database. It reads JOBS messages from its pipe (messages.py: each job's payload
+as the JSON text the claim returned, parsed here, not in the supervisor's one thread), runs them in order
+and answers each with an ANSWER: its id, the error and traceback of a failure (None, None when
 done), a done job's return value as JSON text, the verb of a handler's Snooze, RetryAfter or Discard,
 and the seconds the handler ran, measured here (the supervisor decides from it whether jobs are short
 enough to hand out several at a time, and records it as the job's run time; a time taken from its side
@@ -22,9 +22,10 @@ import time
 from collections import deque
 from functools import partial
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from jobsup.worker.messages import job_of
+from jobsup.worker import messages
+from jobsup.worker.messages import JOBS, SHARED, STOP, JobFields, job_of
 from jobsup.worker.runner import Runner, describe, run_hooks
 from jobsup.worker.wire import Reader, send
 
@@ -115,17 +116,18 @@ def _serve(
     try:
         app = _load(app_target, django_settings)
     except JobsupError as exc:
-        send(fd, ("fatal", str(exc)))
+        send(fd, messages.fatal(str(exc)))
         sys.exit(3)
     except BaseException as exc:  # an app whose import raises SystemExit or worse
-        send(fd, ("fatal", f"importing {app_target or django_settings} failed: {describe(exc)}"))
+        send(fd, messages.fatal(f"importing {app_target or django_settings} failed: {describe(exc)}"))
         sys.exit(3)
 
     runner = Runner(app)
     try:
         run_hooks(runner, app.worker_start)
     except BaseException as exc:
-        send(fd, ("fatal", f"a worker start function of {app_target or django_settings} failed: {describe(exc)}"))
+        why = f"a worker start function of {app_target or django_settings} failed: {describe(exc)}"
+        send(fd, messages.fatal(why))
         sys.exit(3)
     handlers = runner.handlers
     timeouts = {kind: h.timeout for kind, h in app.handlers.items() if h.timeout is not None}
@@ -134,18 +136,8 @@ def _serve(
     limits = {kind: h.limits.to_json() for kind, h in app.handlers.items() if h.limits.limited}
     # The kinds whose jobs share a process, each with its cap in one process (0: the process's capacity).
     shared = {kind: h.per_process or 0 for kind, h in app.handlers.items() if h.shared}
-    send(
-        fd,
-        (
-            "ready",
-            os.getpid(),
-            None if app.finds_kinds else sorted(handlers),
-            timeouts,
-            list(app.schedules.values()),
-            limits,
-            shared,
-        ),
-    )
+    kinds = None if app.finds_kinds else sorted(handlers)
+    send(fd, messages.ready(messages.Ready(os.getpid(), kinds, timeouts, list(app.schedules.values()), limits, shared)))
 
     if runner.middleware:
         # Stopped while it runs an attempt, the worker leaves the attempt's run middleware first (a span
@@ -156,34 +148,35 @@ def _serve(
     batch = _Batch(fd)
     signal.signal(signal.SIGUSR1, batch.on_signal)
     sharing = None
-    message: tuple | None = None
+    answer_message = messages.answer
+    message: messages.Message | None = None
     while True:
         if message is None:
             try:
                 message = reader.read_one()
             except OSError:
                 message = None
-        if message is None or message[0] == "stop":  # None: the supervisor is gone
+        if message is None or message[0] == STOP:  # None: the supervisor is gone
             if message is not None:  # a clean stop: what the start functions opened is closed
                 run_hooks(runner, app.worker_stop, quiet=True)
             return
         tag = message[0]
-        if tag == "shared":
+        if tag == SHARED:
             if sharing is None:
                 from jobsup.worker.sharing import Shared
 
-                sharing = Shared(runner, partial(send, fd), job_of, capacity, fault_path)
-            first = [job_of(fields) for fields in message[1]]
+                sharing = Shared(runner, partial(send, fd), capacity, fault_path)
+            first = [job_of(fields) for fields in messages.read_jobs(message)]
             message = runner.loop().run_until_complete(sharing.serve(reader, first))
-            if message is not None and message[0] == "idle":
+            if message is messages.IDLE:
                 message = None
             continue
-        if tag == "jobs":
+        if tag == JOBS:
             # Jobs run in the order given, each answered as it ends, so the supervisor always knows which
             # one runs: the first it has no answer for. Those behind a job that turns out slow are given
             # back when the supervisor asks (SIGUSR1, _Batch.recall).
             pending = batch.pending
-            pending.extend(message[1])
+            pending.extend(messages.read_jobs(message))
             batch.asked = False  # a request that came while it was idle was for jobs it has finished
             while pending:
                 job = job_of(pending.popleft())
@@ -192,14 +185,12 @@ def _serve(
                 answer = runner.run(job)
                 batch.running = False
                 ran = time.perf_counter() - started
-                if runner.trace is None:
-                    send(fd, ("answer", *answer[:-1], ran))
-                else:  # the attempt's trace and span, for the supervisor's log lines about it
-                    send(fd, ("answer", *answer[:-1], ran, runner.trace))
+                # with the attempt's trace and span, if traced, for the supervisor's log lines about it
+                send(fd, answer_message(answer, ran, runner.trace))
                 if batch.asked:
                     batch.recall()
-        # "interrupt": the reason of a SIGTERM for a job it finished meanwhile; "cancel": of a shared job
-        # that ended meanwhile
+        # INTERRUPT: the reason of a SIGTERM for a job it finished meanwhile; CANCEL: of a shared job that
+        # ended meanwhile
         message = None
 
 
@@ -207,7 +198,7 @@ class _Batch:
     """The alone jobs a worker was handed together, and giving back those it has not started.
 
     The supervisor hands short jobs several at a time; when one of them turns out slow, it sends
-    SIGUSR1 and the jobs not started yet go back to it (("recalled", [ids])) for a free worker to run.
+    SIGUSR1 and the jobs not started yet go back to it (a RECALLED message) for a free worker to run.
     The handler does it at once while a job runs (the main loop is then inside the job, not touching
     the batch or the pipe), else it asks the loop to, before the next job starts: either way a job is
     given back or started, never both."""
@@ -216,7 +207,7 @@ class _Batch:
         self.fd = fd
         # The jobs not started yet: the loop takes each with popleft, the recall takes the rest (one C
         # call each: a signal between two bytecodes sees one or the other, never a job in both).
-        self.pending: deque[tuple[Any, ...]] = deque()
+        self.pending: deque[JobFields] = deque()
         self.running = False  # a job of the batch runs now
         self.asked = False
 
@@ -230,17 +221,17 @@ class _Batch:
         self.asked = False
         back = [fields[0] for fields in self.pending]
         self.pending.clear()
-        send(self.fd, ("recalled", back))
+        send(self.fd, messages.recalled(back))
 
 
 def _stopped(runner: Runner, reader: Reader) -> None:
     """SIGTERM: finish the running attempt's middleware with the reason the keeper sent just before the
-    signal (("interrupt", status, reason); none for a SIGTERM from elsewhere), then end by the signal."""
+    signal (an INTERRUPT; none for a SIGTERM from elsewhere), then end by the signal."""
     status, reason = "failed", "the worker received SIGTERM"
     try:
         for message in reader.read_ready():
-            if message[0] == "interrupt":
-                _, status, reason = message
+            if message[0] == messages.INTERRUPT:
+                status, reason = messages.read_interrupt(message)
         runner.stop(status, reason)
     finally:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)

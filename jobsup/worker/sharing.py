@@ -2,9 +2,9 @@
 
 A handler declared `shared=True` has its jobs run several at once in one worker process: an async
 handler's as tasks on the worker's event loop, a sync handler's in the worker's threads. The supervisor
-sends ("shared", [job, ...]) with no more jobs than the process has room for (--capacity, and a
-handler's per_process), and ("cancel", id, status, reason) to stop one of them (a timeout, an operator's
-cancel); each job is answered as it ends, as an alone job is.
+sends SHARED messages (messages.py) with no more jobs than the process has room for (--capacity, and a
+handler's per_process), and a CANCEL to stop one of them (a timeout, an operator's cancel); each job is
+answered as it ends, as an alone job is.
 
 Pinning a crash on its cause: each job runs inside a function of its own whose name carries the job's
 id (`jobsup_job_<id>`), and the process's faulthandler writes the stack of the thread that crashed into
@@ -24,14 +24,17 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, NoReturn
 
 from jobsup.job import Job
 from jobsup.outcomes import Answer
+from jobsup.worker import messages
+from jobsup.worker.messages import CANCEL, JOBS, SHARED, STOP, Message, job_of
 from jobsup.worker.runner import Runner
+from jobsup.worker.wire import Reader
 
 # The name of the function each shared job runs in: what a stack (faulthandler's, the watchdog's
 # sample) shows of the job that was running.
@@ -121,20 +124,18 @@ class Shared:
     def __init__(
         self,
         runner: Runner,
-        send: Callable[[tuple[Any, ...]], None],
-        job_of: Callable[[tuple[Any, ...]], Job],
+        send: Callable[[Message], None],
         capacity: int,
         fault_path: str,
     ) -> None:
         self.runner = runner
-        self.job_of = job_of
         self._send = send
         # The watchdog thread writes to the pipe too: one message at a time.
         self._lock = threading.Lock()
         self.capacity = capacity
         self.loop: asyncio.AbstractEventLoop = runner.loop()
         self.running: dict[int, asyncio.Future[Any]] = {}
-        self.ended: asyncio.Future[tuple[Any, ...] | None] = self.loop.create_future()  # serve()'s
+        self.ended: asyncio.Future[Message | None] = self.loop.create_future()  # serve()'s
         self.stopping: dict[int, tuple[str, str]] = {}  # job id -> (status, reason) of a cancel asked for
         self._threads: ThreadPoolExecutor | None = None
         self.ticked = time.monotonic()
@@ -148,7 +149,7 @@ class Shared:
         self._main = threading.main_thread().ident
         threading.Thread(target=self._watch, name="jobsup-loop-watchdog", daemon=True).start()
 
-    def send(self, message: tuple[Any, ...]) -> None:
+    def send(self, message: Message) -> None:
         with self._lock:
             self._send(message)
 
@@ -183,12 +184,9 @@ class Shared:
             answer, trace = future.result()
         if stopped is not None and answer.error is not None and answer.verb is None:
             answer = answer._replace(error=stopped[1])  # "timed out after 30s", not "CancelledError"
-        if trace is None:
-            self.send(("answer", *answer[:-1], ran))
-        else:
-            self.send(("answer", *answer[:-1], ran, trace))
+        self.send(messages.answer(answer, ran, trace))
         if not self.running and not self.ended.done():
-            self.ended.set_result(("idle",))  # the last job ended: back to the worker's own loop
+            self.ended.set_result(messages.IDLE)  # the last job ended: back to the worker's own loop
 
     def cancel(self, job_id: int, status: str, reason: str) -> None:
         """Stop one job: an async one's task is cancelled (its `finally` blocks run, the others go on);
@@ -199,7 +197,7 @@ class Shared:
         self.stopping[job_id] = (status, reason)
         future.cancel()
 
-    async def serve(self, reader: Any, first: list[Job]) -> tuple[Any, ...] | None:
+    async def serve(self, reader: Reader, first: list[Job]) -> Message | None:
         """Run `first` and whatever else the supervisor sends, until no job is left; the message that
         is not for this mode (the next alone jobs, a stop), or None when the supervisor is gone.
 
@@ -208,27 +206,28 @@ class Shared:
         loop = self.loop
         self.ended = ended = loop.create_future()
 
-        def handle(messages: list[tuple[Any, ...] | None]) -> None:
-            for number, message in enumerate(messages):
+        def handle(got: Sequence[Message | None]) -> None:
+            for number, message in enumerate(got):
                 if ended.done():  # for the next mode, in order: the caller reads them first
-                    reader.push_back([m for m in messages[number:] if m is not None])
+                    reader.push_back([m for m in got[number:] if m is not None])
                     return
-                if message is None or message[0] in ("stop", "jobs"):
+                if message is None or message[0] in (STOP, JOBS):
                     ended.set_result(message)
-                elif message[0] == "shared":
-                    self.start([self.job_of(fields) for fields in message[1]])
-                elif message[0] == "cancel":
-                    self.cancel(message[1], message[2], message[3])
+                elif message[0] == SHARED:
+                    self.start([job_of(fields) for fields in messages.read_jobs(message)])
+                elif message[0] == CANCEL:
+                    self.cancel(*messages.read_cancel(message))
 
         def readable() -> None:
             try:
-                got: list[tuple[Any, ...] | None] | None = reader.read_available()
+                got = reader.read_available()
             except OSError:
                 got = None
-            if got is None:
+            if got is None:  # None: the supervisor is gone
                 loop.remove_reader(reader.fd)
-                got = [None]
-            handle(got)
+                handle([None])
+            else:
+                handle(got)
 
         self.start(first)
         handle(reader.take_buffered())  # read with the one that began this mode
@@ -238,7 +237,7 @@ class Shared:
         ticker = loop.create_task(self._tick())
         try:
             left = await ended
-            if left is None or left[0] == "stop":
+            if left is None or left[0] == STOP:
                 for future in list(self.running.values()):  # the supervisor is gone or stops us: stop them
                     future.cancel()
                 if self.running:
@@ -264,9 +263,9 @@ class Shared:
             self.ticked = now
             if self.blocked_reported:
                 self.blocked_reported = False
-                self.send(("unblocked",))
+                self.send(messages.unblocked())
             if now - told >= LAG_EVERY:
-                self.send(("lag", round(max(lag, 0.0), 4)))
+                self.send(messages.lag(round(max(lag, 0.0), 4)))
                 lag, told = 0.0, now
             await asyncio.sleep(TICK)
 
@@ -292,6 +291,6 @@ class Shared:
                     continue
                 self.blocked_reported = True
                 try:
-                    self._send(("blocked", round(behind, 3), sorted(self.running), culprit))
+                    self._send(messages.blocked(messages.Blocked(round(behind, 3), sorted(self.running), culprit)))
                 except OSError:
                     return
