@@ -34,10 +34,11 @@ from psycopg.rows import dict_row
 
 from jobsup.app import App, load_app
 from jobsup.db import lifecycle
+from jobsup.db.json_text import loads
 from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Outcome, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
-from jobsup.job import Job
+from jobsup.job import Claimed, Job
 from jobsup.ops.limits import declare, in_force
 from jobsup.outcomes import Answer
 
@@ -122,7 +123,8 @@ def drain(
             names = queues if queues is not None else [r[0] for r in conn.execute(SQL["testing_queues"])]
             if with_scheduled and names:
                 conn.execute(SQL["testing_due_now"], {"queues": list(names)})
-            jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
+            # As the supervisor's claims: its JSON as text, which a worker process parses (and _Inline here).
+            jobs = lifecycle.claim_text(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
             if not jobs and names:
                 jobs, wake = _claim_limited(conn, names, locked_by, kinds)
                 if not jobs and wake is not None:  # a rate holds the next start back: wait for it
@@ -136,7 +138,7 @@ def drain(
                     f"for ever?); pass max_runs= to allow more"
                 )
             job = jobs[0]
-            answer = runner.run(job._replace(errors=job.errors or []))
+            answer = runner.run(job)
             runs.append(_write(conn, job, answer, locked_by, backoff_base, backoff_cap, jitter))
     finally:
         runner.close()
@@ -144,18 +146,18 @@ def drain(
 
 def _claim_limited(
     conn: psycopg.Connection, queues: Sequence[str], locked_by: str, kinds: Sequence[str] | None
-) -> tuple[list[Job], datetime | None]:
+) -> tuple[list[Claimed], datetime | None]:
     """One job of a limited kind, as its limits allow (the supervisor's claim_limited): the drain runs
     one job at a time, so a concurrency limit also counts what supervisors running meanwhile hold."""
     limited = [k for k in in_force(conn) if kinds is None or k in kinds]
     if not limited:
         return [], None
-    return lifecycle.claim_limited(conn, limited, queues, 1, locked_by, LEASE)
+    return lifecycle.claim_limited_text(conn, limited, queues, 1, locked_by, LEASE)
 
 
 def _write(
     conn: psycopg.Connection,
-    job: Job,
+    job: Claimed,
     answer: Answer,
     locked_by: str,
     backoff_base: float,
@@ -280,13 +282,30 @@ class _Inline:
         self.runner = Runner(app)
         run_hooks(self.runner, app.worker_start)
 
-    def run(self, job: Job) -> Answer:
-        return self.runner.run(job)
+    def run(self, claimed: Claimed) -> Answer:
+        return self.runner.run(_handlers_job(claimed))
 
     def close(self) -> None:
         from jobsup.worker.runner import run_hooks
 
         run_hooks(self.runner, self.runner.app.worker_stop, quiet=True)
+
+
+def _handlers_job(claimed: Claimed) -> Job:
+    """The Job a handler sees of a claimed job: its JSON read, every column of it kept (a worker process
+    is sent fewer: jobsup.worker.messages.job_of), and an empty list for no errors."""
+    payload, errors, meta = claimed.payload, claimed.errors, claimed.meta
+    return Job._make(
+        (
+            *claimed[:2],
+            loads(payload),
+            *claimed[3:10],
+            loads(errors) if errors else [],
+            claimed.started_at,
+            claimed.key,
+            None if meta is None else loads(meta),
+        )
+    )
 
 
 class _Processes:
@@ -348,17 +367,12 @@ class _Processes:
                 return "ended"
         return self.pending.pop(0)
 
-    def run(self, job: Job) -> Answer:
+    def run(self, job: Claimed) -> Answer:
         from jobsup.worker import messages
         from jobsup.worker.main import exit_cause
         from jobsup.worker.wire import send
 
-        # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
-        # Job carries the text here, as it does in the supervisor (Job.errors is typed as the handler sees it).
-        errors = json.dumps(job.errors) if job.errors else None
-        meta = json.dumps(job.meta) if job.meta else None
-        as_text = job._replace(payload=json.dumps(job.payload), errors=errors, meta=meta)  # type: ignore[arg-type]
-        send(self.inbox.fileno(), messages.jobs([as_text]))
+        send(self.inbox.fileno(), messages.jobs([job]))
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):

@@ -29,7 +29,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from jobsup.db.json_text import loads
-from jobsup.job import Job
+from jobsup.job import Claimed, Job
 from jobsup.outcomes import Answer
 
 Message = tuple[Any, ...]
@@ -54,13 +54,19 @@ IDLE: Message = ("idle",)
 # --- a job's wire form ---------------------------------------------------------------------------
 
 # What the supervisor sends of a job: the fields of Job a handler sees, in job_fields' order, its payload,
-# errors and meta as JSON text.
-JobFields = tuple[int, str, Any, str, int, int, int, int, Any, str | None, Any]
+# errors and meta as JSON text (id, kind, payload, queue, attempts, max_attempts, priority, snoozes,
+# errors, key, meta). Errors and meta are `str | None` once Handed is Claimed alone (a Job's are typed
+# as decoded, and the meta of a claim on the dispatcher's writes link is a dict).
+JobFields = tuple[int, str, str, str, int, int, int, int, Any, str | None, Any]
+
+# What the keeper hands out: Claimed. A Job too, until every claim of the supervisor's is a Claimed: its
+# claims link returns the JSON columns as text in a Job (jobsup/supervisor/dispatcher.py).
+Handed = Claimed | Job
 
 
-def job_fields(job: Job) -> JobFields:
-    """What the supervisor sends a worker of each job: the fields of Job a handler sees, its payload and
-    errors as the JSON text the claims connection returns them as (the worker parses them)."""
+def job_fields(job: Handed) -> JobFields:
+    """What the supervisor sends a worker of each job: the fields of Job a handler sees, its payload,
+    errors and meta as the JSON text the claim returned them as (the worker parses them)."""
     return (
         job.id,
         job.kind,
@@ -100,7 +106,7 @@ def job_of(fields: JobFields) -> Job:
             column_json(errors) if errors else [],
             None,  # started_at
             key,
-            # JSON text from the claims link; a dict from a claim on the writes link (dispatcher.py)
+            # JSON text; a dict while the dispatcher's claim on its writes link decodes it (dispatcher.py)
             column_json(meta) if type(meta) is str else meta,
         )
     )
@@ -109,12 +115,12 @@ def job_of(fields: JobFields) -> Job:
 # --- the supervisor's -----------------------------------------------------------------------------
 
 
-def jobs(claimed: Iterable[Job]) -> Message:
+def jobs(claimed: Iterable[Handed]) -> Message:
     """Alone jobs for an idle worker, which runs them in this order."""
     return (JOBS, [job_fields(job) for job in claimed])
 
 
-def shared(claimed: Iterable[Job]) -> Message:
+def shared(claimed: Iterable[Handed]) -> Message:
     """Jobs that share the process, started all at once (within the room it has)."""
     return (SHARED, [job_fields(job) for job in claimed])
 
