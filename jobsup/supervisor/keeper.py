@@ -673,7 +673,7 @@ class Keeper:
         """Terminate a worker, then kill it after the grace period; `reason` becomes its exit cause."""
         worker.stop_reason = reason
         worker.state = "stopping" if worker.job is None and not worker.sharing else worker.state
-        # Told first, so a worker with run middleware can tell them why its attempt ends (worker.py).
+        # Told first, so a worker with run middleware can tell them why its attempt ends (jobsup/worker/main.py).
         try:
             send(worker.inbox.fileno(), messages.interrupt(messages.Interrupt(stop_status(reason), reason)))
         except (OSError, ValueError):
