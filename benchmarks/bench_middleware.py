@@ -172,7 +172,7 @@ def micro(server: str) -> dict[str, float]:
     from jobsup import otel
     from jobsup.db.migrate import migrate
     from jobsup.job import Job
-    from jobsup.supervisor.worker import Runner
+    from jobsup.worker.runner import Runner
 
     _configure_tracing()
     from opentelemetry import trace

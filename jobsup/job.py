@@ -73,6 +73,28 @@ class Job(NamedTuple):
     meta: dict[str, Any] | None = None
 
 
+class Claimed(NamedTuple):
+    """A claimed job as the supervisor holds it: the columns the claim returns, in Job's order, its JSON
+    columns (payload, errors, meta) as the text PostgreSQL wrote. The supervisor never reads them: a
+    worker parses them into the Job its handler sees (jobsup.worker.messages), in parallel, off the
+    supervisor's one thread. jobsup.db.lifecycle's claim_text and claim_limited_text return these."""
+
+    id: int
+    kind: str
+    payload: str
+    queue: str
+    attempts: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+    created_at: datetime
+    snoozes: int
+    errors: str | None  # NULL for a job with no history (the claim returns no empty list)
+    started_at: datetime
+    key: str | None
+    meta: str | None
+
+
 class EncodedPayload(str):
     """A payload that encoded_payload() has already encoded and checked, carried as its JSON text.
 

@@ -167,7 +167,7 @@ def run_chain(app: HasMiddleware) -> list[tuple[str, RunMiddleware]]:
 
 class Attempt:
     """The run middleware of one attempt: entered in order before the handler, left in reverse after it.
-    jobsup.supervisor.worker.Runner drives it and decides what each outcome writes."""
+    jobsup.worker.runner.Runner drives it and decides what each outcome writes."""
 
     __slots__ = ("chain", "job", "started", "trace")
 

@@ -74,8 +74,8 @@ class Discard(HandlerVerb):
 
 class Answer(NamedTuple):
     """How one run of a handler ended: what a worker answers the supervisor with, and what
-    jobsup.testing.drain runs from. On the pipe it travels as the plain tuple ("answer", *answer);
-    jobsup.db.lifecycle.record_of maps it to the statement that writes it."""
+    jobsup.testing.drain runs from. On the pipe it travels as a plain tuple, jobsup.worker.messages'
+    ANSWER; jobsup.db.lifecycle.record_of maps it to the statement that writes it."""
 
     id: int
     error: str | None = None  # None: done

@@ -34,10 +34,11 @@ from psycopg.rows import dict_row
 
 from jobsup.app import App, load_app
 from jobsup.db import lifecycle
+from jobsup.db.json_text import loads
 from jobsup.db.lifecycle import BACKOFF_BASE, BACKOFF_CAP, Cancel, Outcome, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import AppNotFound, BadInput, JobsupError
-from jobsup.job import Job
+from jobsup.job import Claimed, Job
 from jobsup.ops.limits import declare, in_force
 from jobsup.outcomes import Answer
 
@@ -122,7 +123,8 @@ def drain(
             names = queues if queues is not None else [r[0] for r in conn.execute(SQL["testing_queues"])]
             if with_scheduled and names:
                 conn.execute(SQL["testing_due_now"], {"queues": list(names)})
-            jobs = lifecycle.claim(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
+            # As the supervisor's claims: its JSON as text, which a worker process parses (and _Inline here).
+            jobs = lifecycle.claim_text(conn, names, 1, locked_by, LEASE, kinds=kinds) if names else []
             if not jobs and names:
                 jobs, wake = _claim_limited(conn, names, locked_by, kinds)
                 if not jobs and wake is not None:  # a rate holds the next start back: wait for it
@@ -136,7 +138,7 @@ def drain(
                     f"for ever?); pass max_runs= to allow more"
                 )
             job = jobs[0]
-            answer = runner.run(job._replace(errors=job.errors or []))
+            answer = runner.run(job)
             runs.append(_write(conn, job, answer, locked_by, backoff_base, backoff_cap, jitter))
     finally:
         runner.close()
@@ -144,18 +146,18 @@ def drain(
 
 def _claim_limited(
     conn: psycopg.Connection, queues: Sequence[str], locked_by: str, kinds: Sequence[str] | None
-) -> tuple[list[Job], datetime | None]:
+) -> tuple[list[Claimed], datetime | None]:
     """One job of a limited kind, as its limits allow (the supervisor's claim_limited): the drain runs
     one job at a time, so a concurrency limit also counts what supervisors running meanwhile hold."""
     limited = [k for k in in_force(conn) if kinds is None or k in kinds]
     if not limited:
         return [], None
-    return lifecycle.claim_limited(conn, limited, queues, 1, locked_by, LEASE)
+    return lifecycle.claim_limited_text(conn, limited, queues, 1, locked_by, LEASE)
 
 
 def _write(
     conn: psycopg.Connection,
-    job: Job,
+    job: Claimed,
     answer: Answer,
     locked_by: str,
     backoff_base: float,
@@ -275,36 +277,54 @@ class _Inline:
     functions at the end, as in a worker of jobsup start."""
 
     def __init__(self, app: App) -> None:
-        from jobsup.supervisor.worker import Runner, run_hooks
+        from jobsup.worker.runner import Runner, run_hooks
 
         self.runner = Runner(app)
         run_hooks(self.runner, app.worker_start)
 
-    def run(self, job: Job) -> Answer:
-        return self.runner.run(job)
+    def run(self, claimed: Claimed) -> Answer:
+        return self.runner.run(_handlers_job(claimed))
 
     def close(self) -> None:
-        from jobsup.supervisor.worker import run_hooks
+        from jobsup.worker.runner import run_hooks
 
         run_hooks(self.runner, self.runner.app.worker_stop, quiet=True)
 
 
+def _handlers_job(claimed: Claimed) -> Job:
+    """The Job a handler sees of a claimed job: its JSON read, every column of it kept (a worker process
+    is sent fewer: jobsup.worker.messages.job_of), and an empty list for no errors."""
+    payload, errors, meta = claimed.payload, claimed.errors, claimed.meta
+    return Job._make(
+        (
+            *claimed[:2],
+            loads(payload),
+            *claimed[3:10],
+            loads(errors) if errors else [],
+            claimed.started_at,
+            claimed.key,
+            None if meta is None else loads(meta),
+        )
+    )
+
+
 class _Processes:
     """One worker process of jobsup's at a time, replaced when it dies or is stopped for a timeout,
-    as the supervisor's keeper does (jobsup/supervisor/keeper.py)."""
+    as the supervisor's keeper does (jobsup/supervisor/keeper.py), through the same jobsup.worker."""
 
     def __init__(self, target: str, timeout: float) -> None:
         self.target = target
         self.timeout = timeout
         self.ctx = multiprocessing.get_context("forkserver")
-        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker"])
+        self.ctx.set_forkserver_preload(["jobsup.worker.main"])
         self.timeouts: dict[str, float] = {}
         self.process: BaseProcess | None = None  # None once closed
         self._start()
 
     def _start(self) -> None:
-        from jobsup.supervisor.wire import Reader
-        from jobsup.supervisor.worker import worker_main
+        from jobsup.worker import messages
+        from jobsup.worker.main import worker_main
+        from jobsup.worker.wire import Reader
 
         their_inbox, self.inbox = self.ctx.Pipe(duplex=False)
         self.outbox, their_outbox = self.ctx.Pipe(duplex=False)
@@ -319,11 +339,13 @@ class _Processes:
         self.reader = Reader(self.outbox.fileno())
         self.pending: list[tuple] = []
         message = self._next(START_TIMEOUT)
-        if not isinstance(message, tuple) or message[0] != "ready":
-            reason = message[1] if message is not None and message[0] == "fatal" else "the worker did not start"
+        if not isinstance(message, tuple) or message[0] != messages.READY:
+            reason = "the worker did not start"
+            if isinstance(message, tuple) and message[0] == messages.FATAL:
+                reason = messages.read_fatal(message)
             self.close()
             raise AppNotFound(reason)
-        self.timeouts = dict(message[3])
+        self.timeouts = dict(messages.read_ready(message).timeouts)
 
     def _next(self, timeout: float) -> tuple | str:
         """The worker's next message; "ended" if the worker is gone, "timeout" after `timeout` seconds
@@ -345,28 +367,24 @@ class _Processes:
                 return "ended"
         return self.pending.pop(0)
 
-    def run(self, job: Job) -> Answer:
-        from jobsup.supervisor.keeper import exit_cause
-        from jobsup.supervisor.wire import send
-        from jobsup.supervisor.worker import job_fields
+    def run(self, job: Claimed) -> Answer:
+        from jobsup.worker import messages
+        from jobsup.worker.main import exit_cause
+        from jobsup.worker.wire import send
 
-        # The claim here decoded the JSON columns; a worker takes them as the supervisor's claims give them: text.
-        # Job carries the text here, as it does in the supervisor (Job.errors is typed as the handler sees it).
-        errors = json.dumps(job.errors) if job.errors else None
-        meta = json.dumps(job.meta) if job.meta else None
-        as_text = job._replace(payload=json.dumps(job.payload), errors=errors, meta=meta)  # type: ignore[arg-type]
-        send(self.inbox.fileno(), ("jobs", [job_fields(as_text)]))
+        send(self.inbox.fileno(), messages.jobs([job]))
         limit = self.timeouts.get(job.kind, self.timeout)
         message = self._next(limit)
         if isinstance(message, tuple):
-            return Answer(*message[1:7])  # a traced run's answer carries its trace after them
+            answer, _ = messages.read_answer(message)  # the trace of a traced run: not the drain's to log
+            return answer
         process = self.process
         assert process is not None, "the worker process is closed"
         if message == "timeout":
             cause = f"timed out after {limit:g}s"
             # As the keeper does: the reason first, for the run middleware of the attempt it stops.
             try:
-                send(self.inbox.fileno(), ("interrupt", "timed_out", cause))
+                send(self.inbox.fileno(), messages.interrupt(messages.Interrupt("timed_out", cause)))
             except OSError:
                 pass
             process.terminate()
@@ -390,12 +408,13 @@ class _Processes:
                 pass
 
     def close(self) -> None:
-        from jobsup.supervisor.wire import send
+        from jobsup.worker import messages
+        from jobsup.worker.wire import send
 
         if self.process is None:
             return
         try:
-            send(self.inbox.fileno(), ("stop",))
+            send(self.inbox.fileno(), messages.stop())
         except (OSError, ValueError):
             pass
         self.process.join(5)

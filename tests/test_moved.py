@@ -53,3 +53,55 @@ def test_the_public_names_of_the_moved_classes_stay():
     assert jobsup.Queue is pooled.Queue and jobsup.AsyncQueue is pooled.AsyncQueue
     assert jobsup.RunOutcome is middleware.RunOutcome is outcomes.RunOutcome
     assert jobsup.AttemptStopped is middleware.AttemptStopped is outcomes.AttemptStopped
+
+
+# The worker process's code left jobsup.supervisor for jobsup.worker, where jobsup.testing reaches it too.
+WORKER_MOVES = {
+    "jobsup.supervisor.worker": {
+        "Runner": "jobsup.worker.runner",
+        "run_hooks": "jobsup.worker.runner",
+        "worker_main": "jobsup.worker.main",
+        "PARENT_CHECK_INTERVAL": "jobsup.worker.main",
+        "job_fields": "jobsup.worker.messages",
+        "job_of": "jobsup.worker.messages",
+        "column_json": "jobsup.worker.messages",
+    },
+    "jobsup.supervisor.wire": {"Reader": "jobsup.worker.wire", "send": "jobsup.worker.wire"},
+    "jobsup.supervisor.sharing": {
+        name: "jobsup.worker.sharing" for name in ("Shared", "culprit_of_fault", "job_ids_in", "JOB_FRAME", "TICK")
+    },
+}
+
+
+@pytest.mark.parametrize("old", sorted(WORKER_MOVES))
+def test_the_old_paths_of_the_worker_process_warn_and_give_the_new_objects(old: str):
+    sys.modules.pop(old, None)
+    with pytest.warns(DeprecationWarning, match=f"{old} moved to jobsup.worker"):
+        shim = importlib.import_module(old)
+    for name, new in WORKER_MOVES[old].items():
+        assert getattr(shim, name) is getattr(importlib.import_module(new), name), name
+
+
+def test_the_old_path_of_exit_cause_warns():
+    from jobsup.supervisor import keeper
+    from jobsup.worker import main
+
+    with pytest.warns(DeprecationWarning, match="keeper.exit_cause moved to jobsup.worker.main.exit_cause"):
+        assert keeper.exit_cause is main.exit_cause
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        keeper.nothing  # noqa: B018
+
+
+def test_the_names_the_dispatcher_held_before_its_rooms_warn_and_give_the_new_objects():
+    from jobsup.supervisor import dispatcher
+
+    for name, module in dispatcher._MOVED.items():
+        new = importlib.import_module(f"jobsup.supervisor.{module}")
+        with pytest.warns(DeprecationWarning, match=f"dispatcher.{name} moved to jobsup.supervisor.{module}"):
+            assert getattr(dispatcher, name) is getattr(new, name), name
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        dispatcher.nothing  # noqa: B018
+    # The name the suite imported from the dispatcher before is among them; Wakeup, which the dispatcher
+    # uses itself, stays one of its names.
+    assert {"HANDOUT_MAX", "SHORT_JOB", "WRITE_MAX"} <= set(dispatcher._MOVED)
+    assert dispatcher.Wakeup is importlib.import_module("jobsup.supervisor.wakeup").Wakeup

@@ -310,6 +310,28 @@ def test_upcoming_lists_future_run_ats_of_every_priority_soonest_first(conn):
     assert lifecycle.upcoming(conn, ["nope"]) == []
 
 
+def test_a_claim_as_text_gives_the_json_columns_as_postgresql_wrote_them_on_any_connection(conn):
+    """The supervisor's claims (lifecycle.claim_text, claim_limited_text) hand the JSON columns to its
+    workers as text, on a connection that decodes JSON (this one) as on one that does not; the same
+    claim through lifecycle.claim decodes them."""
+    from jobsup.job import Claimed
+    from jobsup.limits import Limits
+    from jobsup.ops.limits import declare
+
+    declare(conn, {"lim": Limits(concurrency=1)}, ["lim"], "sup-a")
+    plain = client.enqueue(conn, "k", {"p": [1, "é"]}, meta={"t": "x"})
+    limited = client.enqueue(conn, "lim", {"q": 2})
+    [job] = lifecycle.claim_text(conn, ["default"], 5, "sup-a", 30)
+    assert type(job) is Claimed and job.id == plain
+    assert (job.payload, job.errors, job.meta) == ('{"p": [1, "é"]}', None, '{"t": "x"}')
+    assert lifecycle.fail(conn, [Failure(job.id, 1, "boom")], "sup-a", backoff_base=0, jitter=0)
+    [again] = lifecycle.claim(conn, ["default"], 5, "sup-a", 30)
+    assert (again.payload, again.meta, [e["error"] for e in again.errors]) == ({"p": [1, "é"]}, {"t": "x"}, ["boom"])
+    [held], _ = lifecycle.claim_limited_text(conn, ["lim"], ["default"], 5, "sup-a", 30)
+    assert type(held) is Claimed and (held.id, held.payload, held.meta) == (limited, '{"q": 2}', None)
+    assert conn.execute("""SELECT '{"a": 1}'::jsonb""").fetchone() == ({"a": 1},)  # the connection's own loaders
+
+
 def test_claim_sets_lease_and_counts_attempts(conn):
     job_id = client.enqueue(conn, "k", {"p": 1}, priority=2, max_attempts=4)
     before = db_clock(conn)

@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from jobsup import JobSpec, enqueue_many
-from jobsup.supervisor.sharing import culprit_of_fault
+from jobsup.worker.sharing import culprit_of_fault
 from tests.apps.waiting import setup
 
 from .helpers import jobsup, refused_all, wait_for

@@ -400,11 +400,11 @@ def test_the_worker_builds_each_job_in_the_order_of_jobs_fields():
     # what a handler sees. What the supervisor sends (JSON as text) comes back as the handler's Job.
     from datetime import UTC, datetime
 
-    from jobsup.job import Job
-    from jobsup.supervisor.worker import job_fields, job_of
+    from jobsup.job import Claimed, Job
+    from jobsup.worker.messages import job_fields, job_of
 
     now = datetime.now(UTC)
-    sent = Job(7, "k", '{"a": 1}', "q", 2, 5, 3, now, now, 1, '[{"attempt": 1}]', now, "acct", '{"t": "x"}')
+    sent = Claimed(7, "k", '{"a": 1}', "q", 2, 5, 3, now, now, 1, '[{"attempt": 1}]', now, "acct", '{"t": "x"}')
     assert job_of(job_fields(sent)) == Job(
         id=7,
         kind="k",
@@ -426,8 +426,8 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
     import multiprocessing
 
     from jobsup.outcomes import Answer
-    from jobsup.supervisor.wire import Reader, send
-    from jobsup.supervisor.worker import worker_main
+    from jobsup.worker.main import worker_main
+    from jobsup.worker.wire import Reader, send
 
     ctx = multiprocessing.get_context("spawn")
     their_inbox, inbox = ctx.Pipe(duplex=False)
@@ -471,7 +471,7 @@ def test_a_worker_reports_how_long_each_handler_ran_not_the_trip_through_the_pip
 def test_the_worker_reads_a_jsonb_columns_text_as_json_loads_does():
     import json
 
-    from jobsup.supervisor.worker import column_json
+    from jobsup.worker.messages import column_json
 
     texts = ["{}", "[]", '{"a": 1}', '{"k": "é\\u00e9\\n", "n": [1, -2.5e3, 12345678901234567890, null, true]}', '"s"']
     texts += [" {} ", "1 ", "\t[1]\n"]  # not what PostgreSQL writes: json.loads reads them

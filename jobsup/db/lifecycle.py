@@ -1,8 +1,12 @@
 """The supervisor's statements: claim, complete, fail, snooze, cancel, release, renew, reap.
 
-Each in a sync and an asyncio form that share one statement of `queries/lifecycle.sql`. They expect an
-autocommit connection, and every outcome write is fenced: it applies only while the row is still running
-under the caller's `locked_by` and the same attempt, so a late answer after a reap changes nothing.
+Each in a sync and an asyncio form that share one statement of `queries/lifecycle.sql`. A claim comes in
+two shapes: `claim` and `claim_limited` return the rows as the connection reads them (a default
+connection decodes their JSON: Jobs as a handler sees them), `claim_text` and `claim_limited_text`
+return Claimed, the JSON columns as text on any connection, as the supervisor hands them to its
+workers. They expect an autocommit connection, and every outcome write is fenced: it applies only
+while the row is still running under the caller's `locked_by` and the same attempt, so a late answer
+after a reap changes nothing.
 `jobsup.testing.drain` writes through these too, so its statuses are the supervisor's.
 """
 
@@ -16,7 +20,7 @@ from typing import Any
 import psycopg
 
 from jobsup.db.sql import Op, arun, run, sorted_ids
-from jobsup.job import Job
+from jobsup.job import Claimed, Job
 from jobsup.outcomes import Answer
 
 # Retry delay of attempt n: min(BACKOFF_CAP, BACKOFF_BASE * 2^(n-1)) seconds, less up to JITTER of it.
@@ -61,10 +65,13 @@ def _claim_op(
     lease: float,
     after: Mapping[str, ClaimKey] | None,
     kinds: Collection[str] | None,
+    text: bool = False,
 ) -> Op:
-    def parse(rows: list[tuple]) -> list[Job]:
-        jobs = list(map(Job._make, rows))  # the columns of Job in its order
-        jobs.sort(key=lambda j: (-j.priority, j.run_at, j.id))  # UPDATE ... RETURNING keeps no order
+    shape: type[Job] | type[Claimed] = Claimed if text else Job  # the columns of both, in their order
+
+    def parse(rows: list[tuple]) -> list[Job | Claimed]:
+        jobs: list[Job | Claimed] = list(map(shape._make, rows))
+        jobs.sort(key=_claim_order)  # UPDATE ... RETURNING keeps no order
         return jobs
 
     keys = [(after or {}).get(q) or (None, None, None) for q in queues]
@@ -81,7 +88,12 @@ def _claim_op(
             "kinds": None if kinds is None else list(kinds),
         },
         parse,
+        json_text=text,
     )
+
+
+def _claim_order(job: Job | Claimed) -> tuple[int, Any, int]:
+    return (-job.priority, job.run_at, job.id)
 
 
 def claim(
@@ -114,14 +126,45 @@ async def aclaim(
     return await arun(conn, _claim_op(queues, limit, locked_by, lease, after, kinds))
 
 
-def claim_limited_op(kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float) -> Op:
-    def parse(rows: list[tuple]) -> tuple[list[Job], datetime | None]:
-        jobs = [Job(*row[:-1]) for row in rows if row[0] is not None]
+def claim_text(
+    conn: psycopg.Connection,
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+    after: Mapping[str, ClaimKey] | None = None,
+    kinds: Collection[str] | None = None,
+) -> list[Claimed]:
+    """claim(), each job a Claimed: its JSON columns as text, on any connection."""
+    return run(conn, _claim_op(queues, limit, locked_by, lease, after, kinds, text=True))
+
+
+async def aclaim_text(
+    conn: psycopg.AsyncConnection,
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+    after: Mapping[str, ClaimKey] | None = None,
+    kinds: Collection[str] | None = None,
+) -> list[Claimed]:
+    return await arun(conn, _claim_op(queues, limit, locked_by, lease, after, kinds, text=True))
+
+
+def claim_limited_op(
+    kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float, text: bool = False
+) -> Op:
+    """The statement of claim_limited (`text`: of claim_limited_text), for a caller that sends it with
+    another (jobsup/supervisor/dispatcher.py, in the round trip of an outcome write)."""
+    shape: type[Job] | type[Claimed] = Claimed if text else Job
+
+    def parse(rows: list[tuple]) -> tuple[list[Job | Claimed], datetime | None]:
+        jobs: list[Job | Claimed] = [shape._make(row[:-1]) for row in rows if row[0] is not None]
         wake = [row[-1] for row in rows if row[0] is None]
         return jobs, (wake[0] if wake else None)
 
     params = {"kinds": sorted(kinds), "queues": list(queues), "limit": limit, "locked_by": locked_by, "lease": lease}
-    return Op("claim_limited", params, parse)
+    return Op("claim_limited", params, parse, json_text=text)
 
 
 def claim_limited(
@@ -145,7 +188,25 @@ async def aclaim_limited(
     return await arun(conn, claim_limited_op(kinds, queues, limit, locked_by, lease))
 
 
-def claim_keys(jobs: Iterable[Job]) -> dict[str, ClaimKey]:
+def claim_limited_text(
+    conn: psycopg.Connection, kinds: Sequence[str], queues: Sequence[str], limit: int, locked_by: str, lease: float
+) -> tuple[list[Claimed], datetime | None]:
+    """claim_limited(), each job a Claimed: its JSON columns as text, on any connection."""
+    return run(conn, claim_limited_op(kinds, queues, limit, locked_by, lease, text=True))
+
+
+async def aclaim_limited_text(
+    conn: psycopg.AsyncConnection,
+    kinds: Sequence[str],
+    queues: Sequence[str],
+    limit: int,
+    locked_by: str,
+    lease: float,
+) -> tuple[list[Claimed], datetime | None]:
+    return await arun(conn, claim_limited_op(kinds, queues, limit, locked_by, lease, text=True))
+
+
+def claim_keys(jobs: Iterable[Job | Claimed]) -> dict[str, ClaimKey]:
     """The key of the last job taken in each queue, from a claim's jobs (in claim order).
 
     >>> from datetime import datetime, timezone
@@ -317,7 +378,7 @@ class Cancel:
     by: str | None = None
 
 
-def record_of(job: Job, answer: Answer) -> Failure | Snoozed | Cancel | None:
+def record_of(job: Job | Claimed, answer: Answer) -> Failure | Snoozed | Cancel | None:
     """What writes `answer` of `job`'s attempt: None for done (complete), a Failure (fail; a
     RetryAfter's with its delay), a Snoozed (snooze) or a Cancel (cancel_held, for a Discard).
 

@@ -5,9 +5,8 @@ The modules, one job each:
 - main: `jobsup start`'s entry: binds the metrics port, spawns the workers, then connects and runs.
 - supervisor: the one asyncio loop: wires the keeper, the dispatcher and the duties; the shutdown.
 - config: the supervisor's settings and their defaults.
-- keeper: the process keeper: spawns, watches, times out, recycles and restarts the workers.
-- worker: the worker process: imports the app and runs the jobs it is handed; no database.
-- wire: the messages on the pipes between the supervisor and a worker.
+- keeper: the process keeper: spawns, watches, times out, recycles and restarts the workers (the worker
+  process itself, and the messages on their pipes, are jobsup.worker's).
 - dispatcher: builds the rooms below, and turns a worker's answer or death, or an operator's cancel,
   into an outcome; the one object the supervisor and the duties talk to about jobs.
 - claimer: claims what the workers can start soon, with the limited planner; wakes for NOTIFYs and run_at.
@@ -30,9 +29,10 @@ The modules, one job each:
 - scheduler: duty: enqueues the fires of the app's schedules.
 - pruner: duty: deletes finished history past its retention window.
 - exporter: duty: /metrics and /healthz on --metrics-port.
-- sharing: the worker's side of jobs that share a process.
 - declaration: records the app's limits before the first claim.
+- worker, wire, sharing; limits, metrics: the old paths of jobsup.worker's modules and of declaration
+  and exporter, which warn for one release.
 
-It may import jobsup.db, jobsup.ops and the public modules (jobsup.app, jobsup.client, jobsup.job,
+It may import jobsup.worker, jobsup.db, jobsup.ops and the public modules (jobsup.app, jobsup.client, jobsup.job,
 jobsup.errors, ...); never jobsup.monitor or jobsup.cli, which are built on top of it or beside it.
 """

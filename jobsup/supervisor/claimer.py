@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import heapq
-import json
 import time
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
@@ -22,7 +21,7 @@ from jobsup.db import lifecycle, notify
 from jobsup.db.lifecycle import ClaimKey
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.db.sql import arun_together
-from jobsup.job import Job
+from jobsup.job import Claimed
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.declaration import RETRY as RETRY_DECLARATION
 from jobsup.supervisor.declaration import Declaration
@@ -319,7 +318,7 @@ class Claimer:
                 self.more = self.limited_more = True  # the safety net: a NOTIFY may have been missed
                 next_poll = loop.time() + self.config.poll_interval
 
-    async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
+    async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Claimed] | None:
         if self.tally is None:
             return await self._claim_once(want, keys)
         started = time.perf_counter()
@@ -338,7 +337,7 @@ class Claimer:
         if released:
             self.log("jobs.released", reason="claim answer lost with the connection", count=len(released), ids=released)
 
-    async def _claim_once(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Job] | None:
+    async def _claim_once(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Claimed] | None:
         try:
             conn = await self.link.connect()
             await self._release_orphans(conn)
@@ -367,12 +366,12 @@ class Claimer:
         want: int,
         alone: list[str],
         shared: list[str],
-    ) -> list[Job]:
+    ) -> list[Claimed]:
         """Claim for an app of alone and shared kinds: alone jobs for the idle processes (and the
         prefetch), shared ones for the room left; never more alone jobs than processes can start."""
         prefetched_alone, prefetched_shared = self.handout.waiting(self.keeper.shared_kinds)
         alone_want = min(want, len(self.keeper.idle()) + self.config.prefetch - prefetched_alone)
-        jobs: list[Job] = []
+        jobs: list[Claimed] = []
         if alone_want > 0:
             jobs = await self._claim_kinds(conn, queues, alone_want, alone)
         # Idle processes the alone jobs will take hold no room for shared ones.
@@ -388,17 +387,17 @@ class Claimer:
         want: int,
         kinds: Collection[str] | None,
         keys: Mapping[str, ClaimKey] | None = None,
-    ) -> list[Job]:
+    ) -> list[Claimed]:
         """One claim of `kinds` (None: any) from `queues`, from `keys` on."""
         if not self.link.pooled:  # synchronous_commit=off is a setting of the claims session
-            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, kinds)
+            return await lifecycle.aclaim_text(conn, queues, want, self.id, self.config.lease, keys, kinds)
         # Through a transaction pooler there is no session to hold it: the claim's own
         # transaction sets it, sent in one pipeline with the claim.
         async with conn.pipeline(), conn.transaction():
             await conn.execute(SQL["claim_without_flush_wait"])
-            return await lifecycle.aclaim(conn, queues, want, self.id, self.config.lease, keys, kinds)
+            return await lifecycle.aclaim_text(conn, queues, want, self.id, self.config.lease, keys, kinds)
 
-    def _take(self, jobs: list[Job]) -> None:
+    def _take(self, jobs: list[Claimed]) -> None:
         if self.keeper.shared_kinds:
             self._crashed_before(jobs)
         self.held.add(jobs)
@@ -411,13 +410,13 @@ class Claimer:
         self.handout.add(jobs)
         self.handout.hand_out()
 
-    def _crashed_before(self, jobs: Iterable[Job]) -> None:
+    def _crashed_before(self, jobs: Iterable[Claimed]) -> None:
         """Jobs of shared kinds whose earlier attempt took its process down run alone from now on."""
         shared = self.keeper.shared_kinds
         alone = self.held.alone
         for job in jobs:
-            errors: object = job.errors  # the JSON text of the claims link
-            if errors and isinstance(errors, str) and job.kind in shared and any(c in errors for c in TOOK_ITS_PROCESS):
+            errors = job.errors  # JSON text
+            if errors and job.kind in shared and any(c in errors for c in TOOK_ITS_PROCESS):
                 alone.add(job.id)
 
     # --- claiming limited kinds ---------------------------------------------------------------
@@ -433,7 +432,7 @@ class Claimer:
         try:
             conn = await self.link.connect()
             await self._release_orphans(conn)
-            jobs, wake = await lifecycle.aclaim_limited(conn, kinds, queues, want, self.id, self.config.lease)
+            jobs, wake = await lifecycle.aclaim_limited_text(conn, kinds, queues, want, self.id, self.config.lease)
         except LOST as exc:
             self.link.drop(exc)
             self.orphans_possible = True
@@ -448,7 +447,7 @@ class Claimer:
         self._took_limited(jobs, wake, want, pokes)
 
     def _took_limited(
-        self, jobs: list[Job], wake: datetime | None, want: int, pokes: int, handoff: bool = False
+        self, jobs: list[Claimed], wake: datetime | None, want: int, pokes: int, handoff: bool = False
     ) -> None:
         self.held.limited_short = len(jobs) < want
         if len(jobs) < want:
@@ -472,7 +471,7 @@ class Claimer:
         self.held.add(jobs, limited=True)
         self.handout.first_in_line(jobs)  # each holds a slot, so it starts first
 
-    def handoff_want(self, chunk: list[Job]) -> int:
+    def handoff_want(self, chunk: list[Claimed]) -> int:
         """How many limited jobs to claim in the round trip that writes `chunk`: when it frees limited
         slots, the workers that ran those jobs are idle, and the next jobs for them are claimed with the
         write instead of a round trip after it (a limit's throughput is its slots' turnover)."""
@@ -494,7 +493,7 @@ class Claimer:
             written, (jobs, wake) = await arun_together(
                 conn,
                 lifecycle.complete_op(pairs, self.id, values),
-                lifecycle.claim_limited_op(self.limited_kinds(), queues, want, self.id, self.config.lease),
+                lifecycle.claim_limited_op(self.limited_kinds(), queues, want, self.id, self.config.lease, text=True),
             )
         except LOST:
             self.orphans_possible = True  # the claim may have committed unheard of
@@ -510,15 +509,5 @@ class Claimer:
             self.limited_claiming -= want
         for job in jobs:
             self.held.freed[job.kind] -= 1  # a slot this write frees, taken again at once: no one need be told
-        # The writes link decodes JSON, the claims link leaves it as the text the workers parse.
-        jobs = [_as_claimed(job) for job in jobs]
         self._took_limited(jobs, wake, want, pokes, handoff=True)
         return written
-
-
-def _as_claimed(job: Job) -> Job:
-    """`job` with its payload and errors as JSON text, as a claim on the claims link returns them (the
-    Job of a claim there holds text where a handler's holds what it decodes to)."""
-    payload = None if job.payload is None else json.dumps(job.payload)
-    errors = None if job.errors is None else json.dumps(job.errors)
-    return Job._make((*job[:2], payload, *job[3:10], errors, *job[11:]))

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping
 
 from jobsup.db import lifecycle, notify
 from jobsup.db.lifecycle import Cancel, Failure, Snoozed
-from jobsup.job import Job
+from jobsup.job import Claimed
 from jobsup.ops.latency import Recorder
 from jobsup.outcomes import Answer
 from jobsup.supervisor.claimer import Claimer
@@ -42,8 +42,8 @@ from jobsup.supervisor.wakeup import Wakeup
 from jobsup.supervisor.writer import ALIKE, OutcomeWriter
 
 # Names this module held before it was split into rooms: importing one from here warns, for one release.
+# (Wakeup, which it uses itself, stays importable from here without a warning.)
 _MOVED = {
-    "Wakeup": "wakeup",
     "FinishingRate": "pace",
     "SHORT_JOB": "pace",
     "RATE_WINDOW": "pace",
@@ -124,7 +124,7 @@ class Dispatcher:
             self.handout.hand_out()
         self.claimer.room_freed()
 
-    def outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
+    def outcome(self, worker: Worker, job: Claimed, answer: Answer) -> None:
         """A worker's answer for `job`, for the write its record goes to (lifecycle.record_of). A cancel
         requested meanwhile wins in the statements themselves: a snoozed or failed job with a request is
         written cancelled."""
@@ -169,7 +169,7 @@ class Dispatcher:
             writer.cancel(record)
         self.idle_wakeup.set()
 
-    def lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
+    def lost(self, worker: Worker, job: Claimed, cause: str, unstarted: list[Claimed]) -> None:
         """The worker running `job` died, or was stopped for a timeout, a shutdown or a cancel."""
         cancelling = self.held.cancelling
         if job.id in cancelling:  # stopped on an operator's request (or died meanwhile): cancelled
@@ -182,7 +182,7 @@ class Dispatcher:
         self.writer.release(unstarted)
         self.idle_wakeup.set()
 
-    def recalled(self, worker: Worker, jobs: list[Job]) -> None:
+    def recalled(self, worker: Worker, jobs: list[Claimed]) -> None:
         """A worker gave back `jobs`, handed to it behind one that turned out slow and not started:
         they go first to the next free worker (or back to the queue, at a shutdown)."""
         self.log(
@@ -194,7 +194,7 @@ class Dispatcher:
         )
         self.handout.first_in_line(jobs)
 
-    def lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
+    def lost_shared(self, worker: Worker, jobs: list[Claimed], culprit: int | None, cause: str) -> None:
         """A process that ran shared jobs ended with `jobs` (the crash rule, docs/guides/waiting.md):
         the job it could blame (`culprit`), or the only one it ran, fails as an alone job's death
         does; its neighbours run again under the same attempt, none lost; a job rerun too often, or
@@ -202,7 +202,7 @@ class Dispatcher:
         all, as for alone jobs."""
         interrupted = cause.startswith(INTERRUPTED)
         held = self.held
-        again: list[Job] = []
+        again: list[Claimed] = []
         for job in jobs:
             if job.id in held.cancelling:
                 self.writer.cancel(Cancel(job.id, job.attempts, by=held.cancelling[job.id]))
@@ -325,7 +325,7 @@ class Dispatcher:
     def prefetched(self) -> int:
         return len(self.handout)
 
-    def running(self) -> list[Job]:
+    def running(self) -> list[Claimed]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
         return self.handout.running()
 

@@ -12,7 +12,7 @@ import heapq
 from collections import Counter, deque
 from collections.abc import Collection, Iterable
 
-from jobsup.job import Job
+from jobsup.job import Claimed
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.held import Held
 from jobsup.supervisor.keeper import Keeper, Worker
@@ -38,7 +38,7 @@ class HandOut:
         self.held = held
         self.pace = pace
         self.writer = writer
-        self.prefetched: deque[Job] = deque()
+        self.prefetched: deque[Claimed] = deque()
         self.stopping = False
 
     def __len__(self) -> int:
@@ -46,7 +46,7 @@ class HandOut:
 
     # --- what waits ---------------------------------------------------------------------------
 
-    def add(self, claimed: list[Job]) -> None:
+    def add(self, claimed: list[Claimed]) -> None:
         """Queue a claim's jobs for the workers, keeping the prefetch in priority order (a claim returns
         its jobs in that order): a job of a higher priority claimed mid-drain goes before the lower ones
         prefetched earlier, so it waits only for what the workers were already handed, not for up to
@@ -58,7 +58,7 @@ class HandOut:
         else:
             self.prefetched = deque(heapq.merge(self.prefetched, claimed, key=lambda job: -job.priority))
 
-    def first_in_line(self, jobs: list[Job]) -> None:
+    def first_in_line(self, jobs: list[Claimed]) -> None:
         """Held jobs no worker runs: first for the next free worker, or back to the queue at a shutdown."""
         if self.stopping:
             self.writer.release(jobs)
@@ -116,7 +116,7 @@ class HandOut:
             worker = idle.pop()
             self.keeper.assign(worker, self._next_for(worker, len(idle) + 1))
 
-    def _next_for(self, worker: Worker, idle: int) -> list[Job]:
+    def _next_for(self, worker: Worker, idle: int) -> list[Claimed]:
         """The next jobs for `worker`, one of `idle` idle workers: one, or a few when jobs are short,
         but no more than it may run before --max-jobs-per-proc recycles it."""
         count = 1
@@ -154,10 +154,10 @@ class HandOut:
             (w for w in keeper.workers.values() if w.sharing and w.draining is None and w.stop_reason is None),
             key=lambda w: -len(w.sharing),
         )
-        given: dict[Worker, list[Job]] = {}
+        given: dict[Worker, list[Claimed]] = {}
         load: dict[Worker, int] = {w: len(w.sharing) for w in open_}
         kinds: Counter[tuple[Worker, str]] = Counter()
-        kept: deque[Job] = deque()
+        kept: deque[Claimed] = deque()
         for job in self.prefetched:
             if job.kind not in shared_kinds or job.id in alone:
                 if idle:
@@ -213,7 +213,7 @@ class HandOut:
     def running_count(self) -> int:
         return sum(len(w.sharing) or len(w.jobs) for w in self.keeper.workers.values())
 
-    def running(self) -> list[Job]:
+    def running(self) -> list[Claimed]:
         """Jobs handed to workers: running, or next in a worker's hand-out."""
         return [job for w in self.keeper.all_processes() for job in w.held]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 
-from jobsup.job import Job
+from jobsup.job import Claimed
 
 
 class Held:
     def __init__(self) -> None:
-        self.jobs: dict[int, Job] = {}  # claimed and not yet written back
+        self.jobs: dict[int, Claimed] = {}  # claimed and not yet written back
         # Those of kinds with a limit in force (claimed by claim_limited): each holds a slot of its kind.
         self.limited: set[int] = set()
         # The last claim of limited kinds took fewer than it asked for: a limit holds them back (or their
@@ -33,13 +33,13 @@ class Held:
     def __len__(self) -> int:
         return len(self.jobs)
 
-    def add(self, jobs: Iterable[Job], limited: bool = False) -> None:
+    def add(self, jobs: Iterable[Claimed], limited: bool = False) -> None:
         for job in jobs:
             self.jobs[job.id] = job
             if limited:
                 self.limited.add(job.id)
 
-    def forget(self, jobs: Iterable[Job], written: Iterable[int]) -> list[int]:
+    def forget(self, jobs: Iterable[Claimed], written: Iterable[int]) -> list[int]:
         """No longer held: `jobs`, whose outcome write wrote `written`. The ids of those it did not
         write (fenced out: the lease lapsed and the reaper, or another supervisor, has them now)."""
         kept = set(written)

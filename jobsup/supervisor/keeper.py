@@ -10,21 +10,24 @@ import random
 import signal
 import tempfile
 import time
+import warnings
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 
-from jobsup.job import Job
+from jobsup.job import Claimed
 from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.log import EventLog, about
 from jobsup.supervisor.tally import restart_cause
-from jobsup.supervisor.wire import Reader, send
-from jobsup.supervisor.worker import job_fields, worker_main
+from jobsup.worker import messages
+from jobsup.worker.main import exit_cause as _exit_cause
+from jobsup.worker.main import worker_main
+from jobsup.worker.wire import Reader, send
 
 # A worker that dies before it is ready is started again after this delay, doubled per failure.
 START_BACKOFF_FIRST = 0.5
@@ -48,23 +51,17 @@ RECALL_AFTER = 0.05
 RECYCLE_JITTER = 0.1
 
 
-def exit_cause(exitcode: int | None) -> str:
-    """Why a worker process ended, in the words last_error uses.
-
-    >>> exit_cause(-11), exit_cause(-9), exit_cause(3)
-    ('worker exited with signal SIGSEGV', 'worker killed (SIGKILL; out of memory?)', 'worker exited with code 3')
-    """
-    if exitcode is None:
-        return "worker vanished"
-    if exitcode < 0:
-        try:
-            name = signal.Signals(-exitcode).name
-        except ValueError:
-            name = f"signal {-exitcode}"
-        if name == "SIGKILL":
-            return "worker killed (SIGKILL; out of memory?)"
-        return f"worker exited with signal {name}"
-    return f"worker exited with code {exitcode}"
+def __getattr__(name: str) -> Any:
+    # exit_cause moved to jobsup.worker.main (jobsup.testing uses it too); the old path warns for one release.
+    if name == "exit_cause":
+        warnings.warn(
+            "jobsup.supervisor.keeper.exit_cause moved to jobsup.worker.main.exit_cause; "
+            "the old path goes in the next release",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return _exit_cause
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def stop_status(reason: str) -> str:
@@ -94,7 +91,7 @@ class Worker:
     reader: Reader
     state: str = "starting"  # starting, idle, busy, stopping
     # The jobs handed to it, in the order it runs them: the first is running, the rest have not started.
-    jobs: deque[Job] = field(default_factory=deque)
+    jobs: deque[Claimed] = field(default_factory=deque)
     job_started: float = 0.0  # loop clock, when the first of `jobs` started
     job_started_wall: float = 0.0
     jobs_done: int = 0
@@ -108,9 +105,9 @@ class Worker:
     # The trace and span of the attempt it answered last, when its run was traced (jobsup.otel): the
     # dispatcher's log lines about that answer carry them.
     trace: tuple[str, str] | None = None
-    # Jobs that share the process (jobsup.supervisor.sharing), all running at once: id -> job, and when
+    # Jobs that share the process (jobsup.worker.sharing), all running at once: id -> job, and when
     # each started (loop clock). A process runs either one alone job at a time (`jobs`) or these.
-    sharing: dict[int, Job] = field(default_factory=dict)
+    sharing: dict[int, Claimed] = field(default_factory=dict)
     shared_started: dict[int, float] = field(default_factory=dict)
     shared_kinds: Counter[str] = field(default_factory=Counter)  # how many of each kind it runs
     # Shared jobs it was told to cancel -> (when to recycle it if the job runs on, why it was stopped).
@@ -123,7 +120,7 @@ class Worker:
     recalling: bool = False  # asked to give back the jobs behind the one it runs (SIGUSR1)
 
     @property
-    def held(self) -> list[Job]:
+    def held(self) -> list[Claimed]:
         """Every job handed to it: the alone ones in order, or those that share it."""
         return list(self.sharing.values()) if self.sharing else list(self.jobs)
 
@@ -132,7 +129,7 @@ class Worker:
         return self.process.pid
 
     @property
-    def job(self) -> Job | None:
+    def job(self) -> Claimed | None:
         """The job it is running."""
         return self.jobs[0] if self.jobs else None
 
@@ -147,23 +144,36 @@ class Slot:
     last_exit: str | None = None
 
 
-Outcome = Callable[[Worker, Job, Answer], None]
-Lost = Callable[[Worker, Job, str, list[Job]], None]
-# A process that ran shared jobs ended with these jobs: (worker, jobs, the job to blame or None, cause).
-LostShared = Callable[[Worker, list[Job], "int | None", str], None]
+class Events(Protocol):
+    """What the keeper tells of the jobs it handed out, as it hears it: the dispatcher listens."""
+
+    def worker_ready(self, worker: Worker) -> None:
+        """`worker` is idle: it may be handed jobs."""
+
+    def outcome(self, worker: Worker, job: Claimed, answer: Answer) -> None:
+        """`worker` answered for `job`."""
+
+    def lost(self, worker: Worker, job: Claimed, cause: str, unstarted: list[Claimed]) -> None:
+        """`worker` died or was stopped running `job`; the jobs handed to it after that never started."""
+
+    def lost_shared(self, worker: Worker, jobs: list[Claimed], culprit: int | None, cause: str) -> None:
+        """A process that ran shared jobs ended with `jobs`; `culprit`: the job to blame, if one is known."""
+
+    def room(self, worker: Worker) -> None:
+        """A process running shared jobs has room for one more."""
+
+    def recalled(self, worker: Worker, jobs: list[Claimed]) -> None:
+        """`worker` gave back `jobs`, handed to it behind a slow one and not started."""
 
 
 @dataclass
 class Keeper:
     config: Config
     log: EventLog
-    on_ready: Callable[[Worker], None]
-    on_outcome: Outcome
-    on_lost: Lost  # the worker died or was stopped running job; the jobs after it never started
     on_fatal: Callable[[str], None]  # no worker can start at all
-    on_lost_shared: LostShared | None = None
-    on_room: Callable[[Worker], None] | None = None  # a process running shared jobs has room for one more
-    on_recalled: Callable[[Worker, list[Job]], None] | None = None  # jobs a worker gave back unstarted
+    # Who hears of the jobs: the dispatcher, once the supervisor has connected and built it. Workers start
+    # before that; one ready meanwhile is handed jobs when it is set (Supervisor.run).
+    events: Events | None = None
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
@@ -187,13 +197,21 @@ class Keeper:
         # milliseconds rather than the quarter second jobsup.app's imports (psycopg among them) take,
         # which is what a crash of a process running shared jobs costs its neighbours in waiting.
         # jobsup's modules open nothing at import; the app itself is imported in each worker.
-        self.ctx.set_forkserver_preload(["jobsup.supervisor.worker", "jobsup.app", "jobsup.supervisor.sharing"])
+        self.ctx.set_forkserver_preload(["jobsup.worker.main", "jobsup.app", "jobsup.worker.sharing"])
         self.slots = [Slot(i) for i in range(self.config.procs)]
         self.loop: asyncio.AbstractEventLoop | None = None
         # Where each worker's faulthandler report goes: a file a worker makes only once it runs shared
         # jobs, removed when the worker is gone.
         self.fault_prefix = os.path.join(tempfile.gettempdir(), f"jobsup-fault-{os.getpid()}-")
         self._spawned = 0
+
+    def _events(self) -> Events:
+        assert self.events is not None, "a job was handed out before the dispatcher was"
+        return self.events
+
+    def _ready(self, worker: Worker) -> None:
+        if self.events is not None:
+            self.events.worker_ready(worker)
 
     # --- starting -------------------------------------------------------------------------------
 
@@ -295,12 +313,11 @@ class Keeper:
         for message in messages:
             self._message(worker, message)
 
-    def _message(self, worker: Worker, message: tuple) -> None:
+    def _message(self, worker: Worker, message: messages.Message) -> None:
         tag = message[0]
-        if tag == "answer":
-            # A traced run's answer carries the trace and span of the attempt after the Answer's fields.
-            answer = Answer(*message[1:7])
-            worker.trace = message[7] if len(message) > 7 else None
+        if tag == messages.ANSWER:
+            # A traced run's answer carries the trace and span of the attempt.
+            answer, worker.trace = messages.read_answer(message)
             if worker.sharing:
                 self._shared_answer(worker, answer)
                 return
@@ -309,7 +326,7 @@ class Keeper:
                 return  # an answer for a job we already counted as lost
             worker.jobs.popleft()
             worker.jobs_done += 1
-            self.on_outcome(worker, job, answer)
+            self._events().outcome(worker, job, answer)
             if worker.stop_reason is not None:
                 # It was being stopped for the job it just answered (a timeout, a cancel, memory) and
                 # that job ended within the kill grace: the worker takes nothing more. It is killed now;
@@ -328,9 +345,9 @@ class Keeper:
             if self.stopping:
                 self.stop_worker(worker)
             elif not self._retire_if_due(worker):
-                self.on_ready(worker)
-        elif tag == "blocked":
-            _, behind, ids, culprit = message
+                self._ready(worker)
+        elif tag == messages.BLOCKED:
+            behind, ids, culprit = messages.read_blocked(message)
             worker.blocked = (self._now() - behind, ids, culprit)
             self.blocked_count += 1
             self.log(
@@ -343,17 +360,16 @@ class Keeper:
                 by=culprit,
                 note="a sync call in an async handler blocks the event loop of every job in the process",
             )
-        elif tag == "recalled":
+        elif tag == messages.RECALLED:
             worker.recalling = False
-            ids = set(message[1])
-            back = [job for job in worker.jobs if job.id in ids]
+            given_back = set(messages.read_recalled(message))
+            back = [job for job in worker.jobs if job.id in given_back]
             if back:
-                worker.jobs = deque(job for job in worker.jobs if job.id not in ids)
-                if self.on_recalled is not None:
-                    self.on_recalled(worker, back)
-        elif tag == "lag":
-            worker.lag = message[1]
-        elif tag == "unblocked":
+                worker.jobs = deque(job for job in worker.jobs if job.id not in given_back)
+                self._events().recalled(worker, back)
+        elif tag == messages.LAG:
+            worker.lag = messages.read_lag(message)
+        elif tag == messages.UNBLOCKED:
             if worker.blocked is not None:
                 self.log(
                     "worker.unblocked",
@@ -362,8 +378,8 @@ class Keeper:
                     seconds=round(self._now() - worker.blocked[0], 3),
                 )
             worker.blocked = None
-        elif tag == "ready":
-            _, pid, kinds, timeouts, schedules, limits, shared = message
+        elif tag == messages.READY:
+            pid, kinds, timeouts, schedules, limits, shared = messages.read_ready(message)
             worker.state = "idle"
             slot = self.slots[worker.slot]
             slot.start_failures = 0
@@ -395,9 +411,9 @@ class Keeper:
             if self.stopping:
                 self.stop_worker(worker)
             else:
-                self.on_ready(worker)
-        elif tag == "fatal":
-            worker.stop_reason = message[1]
+                self._ready(worker)
+        elif tag == messages.FATAL:
+            worker.stop_reason = messages.read_fatal(message)
 
     def _exited(self, worker: Worker) -> None:
         if not worker.outbox.closed and worker.outbox.poll():
@@ -408,7 +424,7 @@ class Keeper:
         worker.inbox.close()
         worker.outbox.close()
         slot = self.slots[worker.slot]
-        cause = worker.stop_reason or exit_cause(exitcode)
+        cause = worker.stop_reason or _exit_cause(exitcode)
         retired = worker in self.retiring
         self.retiring.discard(worker)
         current = self.workers.get(worker.slot) is worker
@@ -434,7 +450,7 @@ class Keeper:
                 **about(job),
             )
             slot.last_exit = cause
-            self.on_lost(worker, job, cause, jobs[1:])
+            self._events().lost(worker, job, cause, jobs[1:])
         elif retired or worker.state == "stopping":
             if worker.stop_reason is not None:
                 # Killed by the keeper itself (a hard stop, a worker that outstayed the shutdown, one
@@ -460,7 +476,7 @@ class Keeper:
         self._after_exit(worker, slot, current, busy=job is not None)
 
     def _after_exit(self, worker: Worker, slot: Slot, current: bool, busy: bool) -> None:
-        cause = worker.stop_reason or exit_cause(worker.process.exitcode)
+        cause = worker.stop_reason or _exit_cause(worker.process.exitcode)
         if current and not self.stopping:
             self._count_restart("start_failed" if worker.state == "starting" else restart_cause(cause))
             self._respawn(slot, after_start_failure=worker.state == "starting" and not busy)
@@ -477,10 +493,10 @@ class Keeper:
         worker.jobs_done += 1
         if worker.recycle_after is not None and worker.jobs_done >= worker.recycle_after and not worker.draining:
             worker.draining = f"{worker.jobs_done} jobs"
-        self.on_outcome(worker, job, answer)
+        self._events().outcome(worker, job, answer)
         if worker.sharing:
-            if worker.draining is None and worker.stop_reason is None and self.on_room is not None:
-                self.on_room(worker)  # room for another shared job: handed out, or claimed
+            if worker.draining is None and worker.stop_reason is None:
+                self._events().room(worker)  # room for another shared job: handed out, or claimed
             return
         worker.state = "idle"
         worker.shared_kinds.clear()
@@ -490,9 +506,9 @@ class Keeper:
         if self.stopping:
             self.stop_worker(worker)
         elif not self._retire_if_due(worker):
-            self.on_ready(worker)
+            self._ready(worker)
 
-    def assign_shared(self, worker: Worker, jobs: list[Job]) -> None:
+    def assign_shared(self, worker: Worker, jobs: list[Claimed]) -> None:
         """Hand `jobs` (of shared kinds, within its room) to `worker`, which starts them all at once."""
         now = self._now()
         if worker.state == "idle":
@@ -504,11 +520,11 @@ class Keeper:
             worker.shared_started[job.id] = now
             worker.shared_kinds[job.kind] += 1
         try:
-            send(worker.inbox.fileno(), ("shared", [job_fields(j) for j in jobs]))
+            send(worker.inbox.fileno(), messages.shared(jobs))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and its jobs are accounted for
 
-    def stop_job(self, worker: Worker, job: Job, reason: str) -> None:
+    def stop_job(self, worker: Worker, job: Claimed, reason: str) -> None:
         """Stop `job`, which `worker` runs: the process, for an alone job; for a shared one, the job's
         task is cancelled, and the process recycled if the job has not ended a kill grace later (a
         sync job in a thread, or a task that ignores its cancellation)."""
@@ -519,7 +535,7 @@ class Keeper:
             return
         worker.shared_stopping[job.id] = (self._now() + self.config.kill_grace, reason)
         try:
-            send(worker.inbox.fileno(), ("cancel", job.id, stop_status(reason), reason))
+            send(worker.inbox.fileno(), messages.cancel(messages.Cancel(job.id, stop_status(reason), reason)))
         except (OSError, ValueError):
             pass
 
@@ -587,11 +603,10 @@ class Keeper:
             jobs=len(jobs),
             by=culprit,
         )
-        if self.on_lost_shared is not None:
-            self.on_lost_shared(worker, jobs, culprit, cause)
+        self._events().lost_shared(worker, jobs, culprit, cause)
 
     def _fault_culprit(self, worker: Worker) -> int | None:
-        from jobsup.supervisor.sharing import culprit_of_fault
+        from jobsup.worker.sharing import culprit_of_fault
 
         try:
             with open(worker.fault_path, errors="replace") as report:
@@ -635,14 +650,14 @@ class Keeper:
     def idle(self) -> list[Worker]:
         return [w for w in self.workers.values() if w.state == "idle"]
 
-    def assign(self, worker: Worker, jobs: list[Job]) -> None:
+    def assign(self, worker: Worker, jobs: list[Claimed]) -> None:
         """Hand `jobs` to an idle worker, which runs them in this order."""
         worker.state = "busy"
         worker.jobs.extend(jobs)
         worker.job_started = self._now()
         worker.job_started_wall = time.time()
         try:
-            send(worker.inbox.fileno(), ("jobs", [job_fields(j) for j in jobs]))
+            send(worker.inbox.fileno(), messages.jobs(jobs))
         except (OSError, ValueError):
             pass  # the worker died this instant; its sentinel fires and the job counts as lost
 
@@ -677,9 +692,9 @@ class Keeper:
         """Terminate a worker, then kill it after the grace period; `reason` becomes its exit cause."""
         worker.stop_reason = reason
         worker.state = "stopping" if worker.job is None and not worker.sharing else worker.state
-        # Told first, so a worker with run middleware can tell them why its attempt ends (worker.py).
+        # Told first, so a worker with run middleware can tell them why its attempt ends (jobsup/worker/main.py).
         try:
-            send(worker.inbox.fileno(), ("interrupt", stop_status(reason), reason))
+            send(worker.inbox.fileno(), messages.interrupt(messages.Interrupt(stop_status(reason), reason)))
         except (OSError, ValueError):
             pass
         self._signal(worker, signal.SIGTERM)
@@ -715,7 +730,7 @@ class Keeper:
         """Ask an idle worker to exit after its current message."""
         worker.state = "stopping"
         try:
-            send(worker.inbox.fileno(), ("stop",))
+            send(worker.inbox.fileno(), messages.stop())
         except (OSError, ValueError):
             pass
 
@@ -759,11 +774,11 @@ class Keeper:
     def alive(self) -> bool:
         return any(w.process.is_alive() for w in self.all_processes())
 
-    def take_jobs(self) -> tuple[list[Job], list[Job]]:
+    def take_jobs(self) -> tuple[list[Claimed], list[Claimed]]:
         """Every job handed to a worker, taken back before a hard stop kills them all: (those running,
         those handed behind one and not started)."""
-        running: list[Job] = []
-        unstarted: list[Job] = []
+        running: list[Claimed] = []
+        unstarted: list[Claimed] = []
         for worker in self.all_processes():
             running.extend(worker.sharing.values())
             worker.sharing.clear()

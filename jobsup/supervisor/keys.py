@@ -25,7 +25,7 @@ from collections.abc import Iterable, Sequence
 
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import ClaimKey
-from jobsup.job import Job
+from jobsup.job import Claimed
 
 
 class ClaimKeys:
@@ -61,7 +61,7 @@ class ClaimKeys:
         self._claim_epoch, self._announced = self._epoch, math.inf
         return dict(self.keys)
 
-    def claimed(self, jobs: Iterable[Job]) -> None:
+    def claimed(self, jobs: Iterable[Claimed]) -> None:
         """A claim took as many jobs as it asked for: its last job in each queue is the new key there,
         unless the keys were forgotten meanwhile or an insert it may not have seen sorts before them."""
         if self._claim_epoch != self._epoch:

@@ -16,14 +16,12 @@ from jobsup import __version__
 from jobsup.db.dsn import redact
 from jobsup.db.sql import STATEMENTS as SQL
 from jobsup.errors import EXIT_FAILURE, EXIT_INTERRUPTED, EXIT_OK, EXIT_WORKERS_FAILED
-from jobsup.job import Job
-from jobsup.outcomes import Answer
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.declaration import Declaration
 from jobsup.supervisor.dispatcher import Dispatcher
 from jobsup.supervisor.duty import Duties, Duty, Loop
 from jobsup.supervisor.heartbeat import Heartbeat
-from jobsup.supervisor.keeper import INTERRUPTED, Keeper, Worker
+from jobsup.supervisor.keeper import INTERRUPTED, Keeper
 from jobsup.supervisor.link import LOST, Link
 from jobsup.supervisor.listener import Listener
 from jobsup.supervisor.log import EventLog
@@ -79,17 +77,7 @@ class Supervisor:
         self.config = config
         self.log = log
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
-        self.keeper = Keeper(
-            config,
-            log,
-            on_ready=self._worker_ready,
-            on_outcome=self._outcome,
-            on_lost=self._lost,
-            on_fatal=self._fatal,
-            on_lost_shared=self._lost_shared,
-            on_room=self._room,
-            on_recalled=self._recalled,
-        )
+        self.keeper = Keeper(config, log, on_fatal=self._fatal)
         self.dispatcher: Dispatcher | None = None
         self.signals: list[str] = []
         self.stop_wakeup = Wakeup()
@@ -99,32 +87,6 @@ class Supervisor:
         self.tally = Tally() if config.metrics_port else None
         self.metrics_socket: socket.socket | None = None
         self.duties = Duties()  # listed and started by run()
-
-    # The keeper is built before the dispatcher (its workers start before any connection opens), so
-    # its callbacks go through these until the dispatcher exists.
-    def _worker_ready(self, worker: Worker) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.worker_ready(worker)
-
-    def _outcome(self, worker: Worker, job: Job, answer: Answer) -> None:
-        assert self.dispatcher is not None
-        self.dispatcher.outcome(worker, job, answer)
-
-    def _lost(self, worker: Worker, job: Job, cause: str, unstarted: list[Job]) -> None:
-        assert self.dispatcher is not None
-        self.dispatcher.lost(worker, job, cause, unstarted)
-
-    def _recalled(self, worker: Worker, jobs: list[Job]) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.recalled(worker, jobs)
-
-    def _room(self, worker: Worker) -> None:
-        if self.dispatcher is not None:
-            self.dispatcher.room(worker)
-
-    def _lost_shared(self, worker: Worker, jobs: list[Job], culprit: int | None, cause: str) -> None:
-        assert self.dispatcher is not None
-        self.dispatcher.lost_shared(worker, jobs, culprit, cause)
 
     def _fatal(self, reason: str) -> None:
         self.fatal = reason
@@ -181,6 +143,7 @@ class Supervisor:
             self.tally,
             Declaration(dsn, self.log, self.id, self.keeper),
         )
+        self.keeper.events = d  # it hears of the jobs from now on
         for worker in self.keeper.idle():  # workers that became ready before the dispatcher existed
             d.worker_ready(worker)
         scheduler = Scheduler(self.config, self.log, self.id, self.keeper, self.links["schedules"])

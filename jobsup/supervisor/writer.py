@@ -20,7 +20,7 @@ import psycopg
 from jobsup.db import lifecycle
 from jobsup.db.lifecycle import Cancel, Failure, Snoozed
 from jobsup.db.sql import STATEMENTS as SQL
-from jobsup.job import Job
+from jobsup.job import Claimed
 from jobsup.ops.latency import Recorder
 from jobsup.supervisor.config import Config
 from jobsup.supervisor.held import Held
@@ -61,10 +61,10 @@ class OutcomeWriter:
         # Set once the claimer exists (it is built on this writer): it is told of the retry times and
         # freed slots the writes learn of, and may claim limited jobs with a write.
         self.claimer: Claimer | None = None
-        self._done: list[Job] = []
+        self._done: list[Claimed] = []
         self._return_values: dict[int, str] = {}  # job id -> JSON text, for done jobs that returned one
         self._failures: list[Failure] = []
-        self._releases: list[tuple[Job, str | None]] = []  # a reason: the job was interrupted
+        self._releases: list[tuple[Claimed, str | None]] = []  # a reason: the job was interrupted
         self._snoozes: list[Snoozed] = []  # control: Snooze
         self._cancels: list[Cancel] = []  # control: Discard, and operators' cancels
         self._wakeup = asyncio.Event()
@@ -76,7 +76,7 @@ class OutcomeWriter:
 
     # --- what to write ------------------------------------------------------------------------
 
-    def done(self, job: Job, value: str | None) -> None:
+    def done(self, job: Claimed, value: str | None) -> None:
         """`job` ended done; `value`: what its handler returned, as JSON text (None for nothing)."""
         self._done.append(job)
         if value is not None:
@@ -95,14 +95,14 @@ class OutcomeWriter:
         self._cancels.append(cancel)
         self._wakeup.set()
 
-    def release(self, jobs: list[Job], reason: str | None = None) -> None:
+    def release(self, jobs: list[Claimed], reason: str | None = None) -> None:
         """Hand `jobs` back to the queue, their attempt given back; `reason`: they were interrupted
         (a shutdown), logged with each."""
         self._releases.extend((job, reason) for job in jobs)
         if jobs:
             self._wakeup.set()
 
-    def timed(self, job: Job, took: float) -> None:
+    def timed(self, job: Claimed, took: float) -> None:
         """Count a finished attempt's queue latency (the database's clock) and run time (`took`: what
         the worker measured, or our own clock for a worker that died)."""
         if job.started_at is not None and job.run_at is not None:
@@ -202,7 +202,7 @@ class OutcomeWriter:
             self.claimer.slots_freed()
         await self.link.run(lambda c: c.execute(SQL["limit_slots_freed"], {"kinds": kinds}), deadline=deadline)
 
-    async def _write_done(self, done: list[Job], deadline: float | None) -> None:
+    async def _write_done(self, done: list[Claimed], deadline: float | None) -> None:
         for chunk in _chunks(done):
             pairs = [(j.id, j.attempts) for j in chunk]
             # None when no job of the chunk returned anything: the write is then what it always was.
@@ -263,7 +263,7 @@ class OutcomeWriter:
                 self._retry_at(outcome.run_at.timestamp())
         self._forget([held[f.id] for f in failures if f.id in held], list(by_id), "failed")
 
-    async def _write_releases(self, releases: list[tuple[Job, str | None]], deadline: float | None) -> None:
+    async def _write_releases(self, releases: list[tuple[Claimed, str | None]], deadline: float | None) -> None:
         for chunk in _chunks(releases):
             pairs = [(j.id, j.attempts) for j, _ in chunk]
             reasons = [reason for _, reason in chunk]
@@ -331,7 +331,7 @@ class OutcomeWriter:
         self.tally.write_seconds.observe(time.perf_counter() - started)
         return result
 
-    def _tally_written(self, jobs: list[Job], written: list[int], outcome: str) -> None:
+    def _tally_written(self, jobs: list[Claimed], written: list[int], outcome: str) -> None:
         assert self.tally is not None  # counted only when the metrics are exported
         kinds: dict[str, int] = {}
         if len(written) == len(jobs):  # as nearly always: no write was fenced out
@@ -345,7 +345,7 @@ class OutcomeWriter:
         for kind, count in kinds.items():
             self.tally.outcome(kind, outcome, count)
 
-    def _forget(self, jobs: list[Job], written: list[int], what: str) -> None:
+    def _forget(self, jobs: list[Claimed], written: list[int], what: str) -> None:
         lost = self.held.forget(jobs, written)
         if lost:
             # Fenced out: the lease lapsed and the reaper (or another supervisor) has the job now.
