@@ -166,6 +166,20 @@ class Events(Protocol):
         """`worker` gave back `jobs`, handed to it behind a slow one and not started."""
 
 
+class _Unheard:
+    """The keeper's events before the dispatcher exists: a worker ready then is handed jobs once it does;
+    nothing else can happen before a job is handed out."""
+
+    def worker_ready(self, worker: Worker) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"{name}: a job was handed out before the dispatcher existed")
+
+
+_UNHEARD: Events = _Unheard()
+
+
 @dataclass
 class Keeper:
     config: Config
@@ -173,7 +187,7 @@ class Keeper:
     on_fatal: Callable[[str], None]  # no worker can start at all
     # Who hears of the jobs: the dispatcher, once the supervisor has connected and built it. Workers start
     # before that; one ready meanwhile is handed jobs when it is set (Supervisor.run).
-    events: Events | None = None
+    events: Events = field(default_factory=lambda: _UNHEARD)
     workers: dict[int, Worker] = field(default_factory=dict)  # slot -> current process
     retiring: set[Worker] = field(default_factory=set)
     slots: list[Slot] = field(default_factory=list)
@@ -204,14 +218,6 @@ class Keeper:
         # jobs, removed when the worker is gone.
         self.fault_prefix = os.path.join(tempfile.gettempdir(), f"jobsup-fault-{os.getpid()}-")
         self._spawned = 0
-
-    def _events(self) -> Events:
-        assert self.events is not None, "a job was handed out before the dispatcher was"
-        return self.events
-
-    def _ready(self, worker: Worker) -> None:
-        if self.events is not None:
-            self.events.worker_ready(worker)
 
     # --- starting -------------------------------------------------------------------------------
 
@@ -326,7 +332,7 @@ class Keeper:
                 return  # an answer for a job we already counted as lost
             worker.jobs.popleft()
             worker.jobs_done += 1
-            self._events().outcome(worker, job, answer)
+            self.events.outcome(worker, job, answer)
             if worker.stop_reason is not None:
                 # It was being stopped for the job it just answered (a timeout, a cancel, memory) and
                 # that job ended within the kill grace: the worker takes nothing more. It is killed now;
@@ -345,7 +351,7 @@ class Keeper:
             if self.stopping:
                 self.stop_worker(worker)
             elif not self._retire_if_due(worker):
-                self._ready(worker)
+                self.events.worker_ready(worker)
         elif tag == messages.BLOCKED:
             behind, ids, culprit = messages.read_blocked(message)
             worker.blocked = (self._now() - behind, ids, culprit)
@@ -366,7 +372,7 @@ class Keeper:
             back = [job for job in worker.jobs if job.id in given_back]
             if back:
                 worker.jobs = deque(job for job in worker.jobs if job.id not in given_back)
-                self._events().recalled(worker, back)
+                self.events.recalled(worker, back)
         elif tag == messages.LAG:
             worker.lag = messages.read_lag(message)
         elif tag == messages.UNBLOCKED:
@@ -411,7 +417,7 @@ class Keeper:
             if self.stopping:
                 self.stop_worker(worker)
             else:
-                self._ready(worker)
+                self.events.worker_ready(worker)
         elif tag == messages.FATAL:
             worker.stop_reason = messages.read_fatal(message)
 
@@ -450,7 +456,7 @@ class Keeper:
                 **about(job),
             )
             slot.last_exit = cause
-            self._events().lost(worker, job, cause, jobs[1:])
+            self.events.lost(worker, job, cause, jobs[1:])
         elif retired or worker.state == "stopping":
             if worker.stop_reason is not None:
                 # Killed by the keeper itself (a hard stop, a worker that outstayed the shutdown, one
@@ -493,10 +499,10 @@ class Keeper:
         worker.jobs_done += 1
         if worker.recycle_after is not None and worker.jobs_done >= worker.recycle_after and not worker.draining:
             worker.draining = f"{worker.jobs_done} jobs"
-        self._events().outcome(worker, job, answer)
+        self.events.outcome(worker, job, answer)
         if worker.sharing:
             if worker.draining is None and worker.stop_reason is None:
-                self._events().room(worker)  # room for another shared job: handed out, or claimed
+                self.events.room(worker)  # room for another shared job: handed out, or claimed
             return
         worker.state = "idle"
         worker.shared_kinds.clear()
@@ -506,7 +512,7 @@ class Keeper:
         if self.stopping:
             self.stop_worker(worker)
         elif not self._retire_if_due(worker):
-            self._ready(worker)
+            self.events.worker_ready(worker)
 
     def assign_shared(self, worker: Worker, jobs: list[Claimed]) -> None:
         """Hand `jobs` (of shared kinds, within its room) to `worker`, which starts them all at once."""
@@ -603,7 +609,7 @@ class Keeper:
             jobs=len(jobs),
             by=culprit,
         )
-        self._events().lost_shared(worker, jobs, culprit, cause)
+        self.events.lost_shared(worker, jobs, culprit, cause)
 
     def _fault_culprit(self, worker: Worker) -> int | None:
         from jobsup.worker.sharing import culprit_of_fault
