@@ -173,8 +173,24 @@ class _Unheard:
     def worker_ready(self, worker: Worker) -> None:
         pass
 
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"{name}: a job was handed out before the dispatcher existed")
+    def outcome(self, worker: Worker, job: Claimed, answer: Answer) -> None:
+        _unheard()
+
+    def lost(self, worker: Worker, job: Claimed, cause: str, unstarted: list[Claimed]) -> None:
+        _unheard()
+
+    def lost_shared(self, worker: Worker, jobs: list[Claimed], culprit: int | None, cause: str) -> None:
+        _unheard()
+
+    def room(self, worker: Worker) -> None:
+        _unheard()
+
+    def recalled(self, worker: Worker, jobs: list[Claimed]) -> None:
+        _unheard()
+
+
+def _unheard() -> None:
+    raise AssertionError("a job was handed out before the dispatcher existed")
 
 
 _UNHEARD: Events = _Unheard()
