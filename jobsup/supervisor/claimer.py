@@ -80,7 +80,6 @@ class Claimer:
         self.pace = pace
         self.handout = handout
         self.writer = writer
-        writer.claimer = self
         self.tally = tally
         # Records the app's limits before the first claim (supervisor/declaration.py); None once done.
         self.declaration = declaration

@@ -102,6 +102,7 @@ class Dispatcher:
         self.claimer = Claimer(
             config, log, supervisor_id, keeper, claims, held, pace, self.handout, self.writer, tally, declaration
         )
+        self.writer.claimer = self.claimer  # its writes tell the claimer of retries and freed slots
         self.renewer = LeaseRenewer(config, log, supervisor_id, writes, held, self.handout, self.cancel_requested)
         self.idle_wakeup = Wakeup()  # set at every outcome: the shutdown waits on it for running jobs to end
 

@@ -58,8 +58,8 @@ class OutcomeWriter:
         self.held = held
         self.pace = pace
         self.tally = tally
-        # Set once the claimer exists (it is built on this writer): it is told of the retry times and
-        # freed slots the writes learn of, and may claim limited jobs with a write.
+        # Set by the dispatcher once the claimer exists (it is built on this writer): it is told of the
+        # retry times and freed slots the writes learn of, and may claim limited jobs with a write.
         self.claimer: Claimer | None = None
         self._done: list[Claimed] = []
         self._return_values: dict[int, str] = {}  # job id -> JSON text, for done jobs that returned one
