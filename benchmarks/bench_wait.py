@@ -14,7 +14,9 @@ In one run, on one database:
   - sync: --sync-jobs jobs that each `time.sleep(0.1)` in the workers' threads (--sync-capacity),
     against capacity x procs / 0.1 s;
   - crash: the async jobs again with one in --crash-every segfaulting, against the same stream without
-    crashes: the share of its rate kept, and whether any innocent job ended dead.
+    crashes: the share of its rate kept, and whether any innocent job ended dead;
+  - mixed: --noop-jobs no-op jobs drained by an app that also has a shared kind (each class claimed in
+    a statement of its own), against the no-op rate of the app of alone jobs alone.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from jobsup import client
 from jobsup.ops import bench
 
 WAIT_APP = "jobsup.ops.bench_app:wait_app"
+MIXED_APP = "jobsup.ops.bench_app:mixed_app"
 WAIT = 0.1  # seconds each job waits
 
 
@@ -202,6 +205,19 @@ def main() -> int:
                 f"sync, time.sleep(0.1) in threads, --capacity {args.sync_capacity}: {run['per_s']:,.0f} jobs/s = "
                 f"{run['per_s'] / target:.2f} of the target {target:,.0f}/s; tree {run['memory_mb']:.0f} MB; "
                 f"{run['cpu_ms_per_job']:.3f} ms CPU a job",
+                flush=True,
+            )
+        finally:
+            stop(process)
+
+        process, sup = start(dsn, MIXED_APP, "--procs", str(args.procs))
+        try:
+            mixed, _, _ = bench.throughput(conn, "noop", args.noop_jobs, sup)
+            figures["mixed_noop_per_s"] = mixed
+            figures["mixed_of_noop"] = mixed / noop
+            print(
+                f"no-op, by an app that also has a shared kind: {mixed:,.0f} jobs/s = {mixed / noop:.2f} of the "
+                "no-op rate",
                 flush=True,
             )
         finally:

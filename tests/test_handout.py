@@ -12,6 +12,8 @@ from tests.apps.handout import SCHEMA
 from .helpers import wait_for
 
 APP = "tests.apps.handout:app"
+# The same kinds beside a shared one: the hand-out of an app of both classes must do the same.
+APPS = pytest.mark.parametrize("app", [APP, "tests.apps.handout:mixed_app"], ids=["alone", "mixed"])
 
 pytestmark = pytest.mark.slow
 
@@ -34,12 +36,13 @@ def all_done(conn: psycopg.Connection, ids: list[int]) -> bool:
     return conn.execute(query, (ids,)).fetchone()[0] == len(ids)
 
 
-def test_a_slow_job_does_not_hold_up_the_job_handed_out_behind_it(conn, start):
+@APPS
+def test_a_slow_job_does_not_hold_up_the_job_handed_out_behind_it(conn, start, app):
     """A new user's repro: --procs 4, 300 quick `email` jobs, then [fetch 3 s, fetch 3 s, 6 x email] in
     one enqueue. Both fetches start within 100 ms of each other, each in a process of its own, and the
     emails do not wait for them; three times."""
     conn.execute(SCHEMA)
-    sup = start(app=APP, procs=4)
+    sup = start(app=app, procs=4)
     sup.wait_ready()
     for attempt in range(3):
         quick_emails(conn, 300)
@@ -56,11 +59,12 @@ def test_a_slow_job_does_not_hold_up_the_job_handed_out_behind_it(conn, start):
     sup.stop()
 
 
-def test_short_jobs_handed_out_behind_one_that_turns_out_slow_go_to_a_free_worker(conn, start):
+@APPS
+def test_short_jobs_handed_out_behind_one_that_turns_out_slow_go_to_a_free_worker(conn, start, app):
     """`email` is a short kind, so several of its jobs go to one worker at once; when one of them turns
     out slow (3 s), the ones behind it are given back and run by the other worker at once."""
     conn.execute(SCHEMA)
-    sup = start(app=APP, procs=2)
+    sup = start(app=app, procs=2)
     sup.wait_ready()
     for attempt in range(3):
         quick_emails(conn, 500)

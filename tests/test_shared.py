@@ -255,3 +255,18 @@ def test_a_job_enqueued_into_a_nearly_full_process_starts_at_once(runs, start):
     (late,) = _enqueue(runs, [JobSpec("wait", {"seconds": 0.1})])
     wait_for(lambda: runs.execute("SELECT status FROM jobsup.jobs WHERE id = %s", (late,)).fetchone()[0] == "done", 5)
     sup.stop(timeout=60)
+
+
+def test_an_app_of_alone_and_shared_kinds_drains_a_backlog_of_alone_jobs_at_full_speed(runs, start):
+    """Its two classes are claimed in statements of their own, so a claim of one comes back shorter than
+    the room it was sized by: that is no sign the queue has run dry. (A backlog of alone jobs once
+    drained at the prefetch's few jobs per --poll-interval: 400 in minutes.)"""
+    sup = start(app=APP, procs=2)
+    _enqueue(runs, [JobSpec("alone", {"seconds": 0}) for _ in range(400)])
+    _finished(runs, 400, timeout=20)
+    # and beside a backlog of shared jobs, each class at once
+    alone = [JobSpec("alone", {"seconds": 0}) for _ in range(400)]
+    _enqueue(runs, alone + [JobSpec("wait", {"seconds": 0.05}) for _ in range(400)])
+    _finished(runs, 1200, timeout=20)
+    assert status_counts(runs) == {"done": 1200}
+    sup.stop()

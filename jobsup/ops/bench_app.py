@@ -55,3 +55,10 @@ async def wait_100ms(job: Job) -> None:
 @wait_app.handler("wait_100ms_sync", shared=True)
 def wait_100ms_sync(job: Job) -> None:
     time.sleep(0.1)
+
+
+# An app of both classes: its no-op jobs run alone beside the shared ones (benchmarks/bench_wait.py's
+# mixed run), each class claimed in a statement of its own.
+mixed_app = App()
+mixed_app.handler("noop")(noop)
+mixed_app.handler("wait_100ms", shared=True)(wait_100ms)

@@ -54,6 +54,9 @@ RATE_WAKE_AHEAD = 0.010
 # Jobs that share processes are claimed once this share of their room is free (a claim for each job
 # that ends would cost a commit each), or once a whole --batch is.
 SHARED_CLAIM_SHARE = 0.1
+# The classes of kinds an app of both claims in statements of their own (Claimer.mixed).
+ALONE, SHARED = "alone", "shared"
+CLASSES = frozenset((ALONE, SHARED))
 
 
 class Claimer:
@@ -86,6 +89,9 @@ class Claimer:
         self.wakeup = Wakeup()
         self.stopping = False
         self.more = True  # ready jobs may be waiting: a claim is worth a round trip
+        # Of an app of alone and shared kinds, the classes (ALONE, SHARED) whose own claim came back short
+        # since `more` was last set: not claimed again until it is, and when both are, `more` is not.
+        self.drained: set[str] = set()
         self.pokes = 0  # how many times `more` was set from outside the claim loop
         self.run_ats: list[float] = []  # heap of future run_at times we know of (epoch seconds)
         self.orphans_possible = False
@@ -113,7 +119,7 @@ class Claimer:
             self.note_run_at(run_at)
             return
         if run_at is not None and self.keys.sorts_after(queues, run_at):
-            self.more = True  # an insert past our claim keys (see keys.py): they still hold
+            self.some_ready()  # an insert past our claim keys (see keys.py): they still hold
             self.wakeup.set()
         else:
             self.poke()
@@ -123,10 +129,14 @@ class Claimer:
     def poke(self) -> None:
         """Something may be ready: claim at the next chance, scanning every queue from its head."""
         self.keys.forget()
-        self.more = True
+        self.some_ready()
         self.limited_more = True
         self.pokes += 1
         self.wakeup.set()
+
+    def some_ready(self) -> None:
+        self.more = True
+        self.drained.clear()
 
     def room_freed(self) -> None:
         """A worker became ready, or a shared job ended: claim at the next chance if that is worth it."""
@@ -268,22 +278,29 @@ class Claimer:
                 # (not one a job). A job announced once the queue had run dry is claimed at once.
                 share = int(self.config.procs * self.config.capacity * SHARED_CLAIM_SHARE)
                 threshold = max(threshold, min(self.config.batch, share))
+            mixed = self.mixed()
             if (
                 self.more
                 and want >= threshold
                 and self.keeper.ever_ready
                 and self.refused is None
                 and not (self.paused and self.paused.issuperset(self.config.queues))
+                and (mixed is None or self._alone_want(want) > 0 or self._shared_want(want, 0) > 0)
             ):
                 claimed = True
                 pokes = self.pokes
                 # An app of shared and alone kinds claims each in a statement of its own (mixed()),
                 # where the claim keys of one would skip the other's jobs: it claims from the heads.
-                keys = self.keys.for_claim() if self.mixed() is None else {}
+                keys = self.keys.for_claim() if mixed is None else {}
                 keyed = bool(keys)
                 jobs = await self._claim(want, keys)
                 next_poll = loop.time() + self.config.poll_interval
-                if jobs is None or len(jobs) < want:
+                if mixed is not None:
+                    # Each class's claim is sized by its own room, so the two together come back short of
+                    # `want` with jobs still ready: the queues have run dry when each class's did.
+                    if jobs is not None and self.drained.issuperset(CLASSES):
+                        self.more = False
+                elif jobs is None or len(jobs) < want:
                     self.keys.forget()
                     # Short from the heads of the queues: nothing else was ready when its snapshot was
                     # taken. A poke that came while it was in flight (a NOTIFY, the listener's first
@@ -293,7 +310,8 @@ class Claimer:
                 else:
                     self.keys.claimed(jobs)
                 if jobs is not None:
-                    self.backlog = len(jobs) >= want
+                    if mixed is None:  # a mixed claim tells whether its shared class had more (_claim_mixed)
+                        self.backlog = len(jobs) >= want
                     self._take(jobs)
             limited_want = self._limited_want()
             # For short jobs, as for the claim above, a good share at once; but a limit caps what may be
@@ -312,9 +330,11 @@ class Claimer:
             if self.run_ats and now >= self.run_ats[0]:
                 while self.run_ats and now >= self.run_ats[0]:
                     heapq.heappop(self.run_ats)
-                self.more = self.limited_more = True
+                self.some_ready()
+                self.limited_more = True
             if loop.time() >= next_poll:
-                self.more = self.limited_more = True  # the safety net: a NOTIFY may have been missed
+                self.some_ready()  # the safety net: a NOTIFY may have been missed
+                self.limited_more = True
                 next_poll = loop.time() + self.config.poll_interval
 
     async def _claim(self, want: int, keys: Mapping[str, ClaimKey]) -> list[Claimed] | None:
@@ -367,17 +387,39 @@ class Claimer:
         shared: list[str],
     ) -> list[Claimed]:
         """Claim for an app of alone and shared kinds: alone jobs for the idle processes (and the
-        prefetch), shared ones for the room left; never more alone jobs than processes can start."""
-        prefetched_alone, prefetched_shared = self.handout.waiting(self.keeper.shared_kinds)
-        alone_want = min(want, len(self.keeper.idle()) + self.config.prefetch - prefetched_alone)
+        prefetch), shared ones for the room left; never more alone jobs than processes can start. A
+        class whose claim comes back short is drained: not claimed again until jobs may have come."""
+        pokes = self.pokes
         jobs: list[Claimed] = []
+        alone_want = self._alone_want(want)
         if alone_want > 0:
             jobs = await self._claim_kinds(conn, queues, alone_want, alone)
-        # Idle processes the alone jobs will take hold no room for shared ones.
-        shared_want = min(want, self.handout.shared_room() - self.config.capacity * len(jobs)) - prefetched_shared
+            if len(jobs) < alone_want and self.pokes == pokes:  # see the claim loop: a poke meanwhile
+                self.drained.add(ALONE)
+        shared_want = self._shared_want(want, len(jobs))
         if shared_want > 0:
-            jobs += await self._claim_kinds(conn, queues, shared_want, shared)
+            claimed = await self._claim_kinds(conn, queues, shared_want, shared)
+            self.backlog = len(claimed) >= shared_want
+            if not self.backlog and self.pokes == pokes:
+                self.drained.add(SHARED)
+            jobs += claimed
         return jobs
+
+    def _alone_want(self, want: int) -> int:
+        """Alone jobs a mixed app's claim asks for: one for each idle process, and the prefetch."""
+        if ALONE in self.drained:
+            return 0
+        prefetched_alone, _ = self.handout.waiting(self.keeper.shared_kinds)
+        return min(want, len(self.keeper.idle()) + self.prefetch() - prefetched_alone)
+
+    def _shared_want(self, want: int, alone_claimed: int) -> int:
+        """Shared jobs a mixed app's claim asks for: the room left, where the idle processes that
+        `alone_claimed` jobs will take hold none."""
+        if SHARED in self.drained:
+            return 0
+        _, prefetched_shared = self.handout.waiting(self.keeper.shared_kinds)
+        taken = min(alone_claimed, len(self.keeper.idle()))
+        return min(want, self.handout.shared_room() - self.config.capacity * taken) - prefetched_shared
 
     async def _claim_kinds(
         self,

@@ -119,29 +119,43 @@ class HandOut:
     def _next_for(self, worker: Worker, idle: int) -> list[Claimed]:
         """The next jobs for `worker`, one of `idle` idle workers: one, or a few when jobs are short,
         but no more than it may run before --max-jobs-per-proc recycles it."""
-        count = 1
-        if self.pace.duration < SHORT_JOB:
-            count = min(HANDOUT_MAX, -(-len(self.prefetched) // idle))
-            if self.held.limited_short and self.prefetched[0].id in self.held.limited:
-                # Each holds a slot while it waits behind the others, which no idle worker can take.
-                count = min(count, LIMITED_HANDOUT_MAX)
-            if worker.recycle_after is not None:
-                count = max(1, min(count, worker.recycle_after - worker.jobs_done))
+        count = (
+            self._share_of(worker, self.prefetched[0], len(self.prefetched), idle)
+            if self.pace.duration < SHORT_JOB
+            else 1
+        )
         jobs = [self.prefetched.popleft()]
-        # Only jobs of kinds whose own run time is short share a hand-out: one of a kind that is slow, or
-        # not seen yet, would hold up the others while another worker is idle.
-        ran = self.pace.kind_ran
-        if count > 1 and ran.get(jobs[0].kind, SHORT_JOB) < SHORT_JOB:
+        if count > 1:
+            ran = self.pace.kind_ran  # _short, inline: this loop takes every short job
             while len(jobs) < count and self.prefetched and ran.get(self.prefetched[0].kind, SHORT_JOB) < SHORT_JOB:
                 jobs.append(self.prefetched.popleft())
         return jobs
+
+    def _share_of(self, worker: Worker, first: Claimed, waiting: int, idle: int) -> int:
+        """How many of `waiting` short jobs, `first` first, go to `worker`, one of `idle` idle workers:
+        an even share, but no more than it may run before --max-jobs-per-proc recycles it."""
+        if not self._short(first):
+            return 1
+        count = min(HANDOUT_MAX, -(-waiting // idle))
+        if self.held.limited_short and first.id in self.held.limited:
+            # Each holds a slot while it waits behind the others, which no idle worker can take.
+            count = min(count, LIMITED_HANDOUT_MAX)
+        if worker.recycle_after is not None:
+            count = max(1, min(count, worker.recycle_after - worker.jobs_done))
+        return count
+
+    def _short(self, job: Claimed) -> bool:
+        """Only jobs of kinds whose own run time is short share a hand-out: one of a kind that is slow,
+        or not seen yet, would hold up the others while another worker is idle."""
+        return self.pace.kind_ran.get(job.kind, SHORT_JOB) < SHORT_JOB
 
     def _hand_out_shared(self) -> None:
         """Hand out an app's mix of shared and alone jobs, in the prefetch's order. Shared jobs fill the
         process that runs the most shared jobs and has room (processes left idle stay free for alone
         jobs), and open an idle process only when none has room and no alone job needs it; an alone job
-        takes an idle process. An alone job that finds none has one process drain (it takes no more
-        shared jobs and is handed the alone job once empty), so shared jobs never starve alone ones."""
+        takes an idle process, with the alone jobs behind it if they are short (as _next_for). An alone
+        job that finds none has one process drain (it takes no more shared jobs and is handed the alone
+        job once empty), so shared jobs never starve alone ones."""
         if not self.prefetched:
             return
         keeper = self.keeper
@@ -158,13 +172,21 @@ class HandOut:
         load: dict[Worker, int] = {w: len(w.sharing) for w in open_}
         kinds: Counter[tuple[Worker, str]] = Counter()
         kept: deque[Claimed] = deque()
+        alone_given: list[tuple[Worker, list[Claimed]]] = []
+        share = 0  # how many more short alone jobs the last idle process handed an alone job takes
         for job in self.prefetched:
             if job.kind not in shared_kinds or job.id in alone:
-                if idle:
-                    keeper.assign(idle.pop(), [job])
-                    alone_waiting -= 1
+                if share and self._short(job):
+                    alone_given[-1][1].append(job)
+                    share -= 1
+                elif idle:
+                    worker = idle.pop()
+                    alone_given.append((worker, [job]))
+                    share = self._share_of(worker, job, alone_waiting, len(idle) + 1) - 1
                 else:
                     kept.append(job)
+                    continue
+                alone_waiting -= 1
                 continue
             cap = shared_kinds[job.kind]
             target = None
@@ -183,6 +205,8 @@ class HandOut:
             load[target] += 1
             kinds[target, job.kind] += 1
         self.prefetched = kept
+        for worker, jobs in alone_given:
+            keeper.assign(worker, jobs)
         for worker, jobs in given.items():
             keeper.assign_shared(worker, jobs)
         if alone_waiting > 0 and not any(w.draining == DRAIN_FOR_ALONE for w in keeper.workers.values()):

@@ -41,3 +41,15 @@ def email(job: Job) -> None:
 def fetch(job: Job) -> None:
     _record(job)
     time.sleep(float(job.payload.get("seconds", 3)))
+
+
+# The same kinds in an app that also has a shared one: their jobs go through the hand-out of an app of
+# both classes (supervisor/handout.py, _hand_out_shared).
+mixed_app = App()
+mixed_app.handler("email")(email)
+mixed_app.handler("fetch")(fetch)
+
+
+@mixed_app.handler("ping", shared=True)
+async def ping(job: Job) -> None:
+    pass
