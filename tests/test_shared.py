@@ -259,14 +259,20 @@ def test_a_job_enqueued_into_a_nearly_full_process_starts_at_once(runs, start):
 
 def test_an_app_of_alone_and_shared_kinds_drains_a_backlog_of_alone_jobs_at_full_speed(runs, start):
     """Its two classes are claimed in statements of their own, so a claim of one comes back shorter than
-    the room it was sized by: that is no sign the queue has run dry. (A backlog of alone jobs once
-    drained at the prefetch's few jobs per --poll-interval: 400 in minutes.)"""
-    sup = start(app=APP, procs=2)
+    the room it was sized by: that is no sign the queues have run dry. (A backlog of alone jobs once
+    drained at the prefetch's few jobs per --poll-interval: 400 in minutes.) The poll is an hour here,
+    so every claim is one the NOTIFYs and the claims' own answers lead to."""
+    sup = start("--poll-interval", "1h", app=APP, procs=2)
     _enqueue(runs, [JobSpec("alone", {"seconds": 0}) for _ in range(400)])
     _finished(runs, 400, timeout=20)
     # and beside a backlog of shared jobs, each class at once
     alone = [JobSpec("alone", {"seconds": 0}) for _ in range(400)]
     _enqueue(runs, alone + [JobSpec("wait", {"seconds": 0.05}) for _ in range(400)])
     _finished(runs, 1200, timeout=20)
-    assert status_counts(runs) == {"done": 1200}
+    # Both classes ran dry: one more job of each is claimed when its NOTIFY comes.
+    _enqueue(runs, [JobSpec("alone", {"seconds": 0})])
+    _finished(runs, 1201, timeout=5)
+    _enqueue(runs, [JobSpec("wait", {"seconds": 0})])
+    _finished(runs, 1202, timeout=5)
+    assert status_counts(runs) == {"done": 1202}
     sup.stop()

@@ -386,9 +386,10 @@ class Claimer:
         alone: list[str],
         shared: list[str],
     ) -> list[Claimed]:
-        """Claim for an app of alone and shared kinds: alone jobs for the idle processes (and the
-        prefetch), shared ones for the room left; never more alone jobs than processes can start. A
-        class whose claim comes back short is drained: not claimed again until jobs may have come."""
+        """Claim for an app of alone and shared kinds: alone jobs for the idle processes and the
+        prefetch (what the processes start within PREFETCH_HORIZON, as in an app of alone jobs), shared
+        ones for the room left. A class whose claim comes back short is drained: not claimed again
+        until jobs may have come."""
         pokes = self.pokes
         jobs: list[Claimed] = []
         alone_want = self._alone_want(want)

@@ -176,13 +176,15 @@ class HandOut:
         share = 0  # how many more short alone jobs the last idle process handed an alone job takes
         for job in self.prefetched:
             if job.kind not in shared_kinds or job.id in alone:
-                if share and self._short(job):
+                # A shared kind's job that took its process down runs alone and shares no hand-out.
+                short = job.id not in alone and self._short(job)
+                if share and short:
                     alone_given[-1][1].append(job)
                     share -= 1
                 elif idle:
                     worker = idle.pop()
                     alone_given.append((worker, [job]))
-                    share = self._share_of(worker, job, alone_waiting, len(idle) + 1) - 1
+                    share = self._share_of(worker, job, alone_waiting, len(idle) + 1) - 1 if short else 0
                 else:
                     kept.append(job)
                     continue
