@@ -342,6 +342,7 @@ class Dispatcher:
         """A shutdown: no more claims or hand-outs; what comes back unstarted goes back to the queue."""
         self.handout.stopping = True
         self.claimer.stop()
+        self.writer.stop()
 
     def release_prefetched(self) -> int:
         """Queue every job claimed but not started for hand-back at the next flush; how many."""

@@ -233,6 +233,9 @@ class Supervisor:
         # to a database that is gone is not waited for.
         if not self.links["claims"].lost:  # a claim loop that is reconnecting has nothing in flight
             await self.duties.wait("claim", timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
+        # So does an outcome write: its answer says which jobs it wrote (and logs the dead ones).
+        if not self.links["writes"].lost:
+            await self.duties.wait("flush", timeout=min(CLAIM_LANDING, self.config.shutdown_timeout))
         # From here the shutdown writes outcomes itself, each write bounded by db_deadline; only the
         # lease renewals and the keeper's clock go on.
         await self.duties.stop(STOPPED_FIRST)

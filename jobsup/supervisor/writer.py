@@ -68,6 +68,7 @@ class OutcomeWriter:
         self._snoozes: list[Snoozed] = []  # control: Snooze
         self._cancels: list[Cancel] = []  # control: Discard, and operators' cancels
         self._wakeup = asyncio.Event()
+        self.stopping = False  # a shutdown: the loop ends once the write in flight is answered
         self.jobs_done = 0
         # Queue latency and run time per kind, added to jobsup.latency with the outcome writes.
         self.latency = Recorder(keep_totals=tally is not None)
@@ -114,9 +115,19 @@ class OutcomeWriter:
 
     # --- writing ------------------------------------------------------------------------------
 
+    def stop(self) -> None:
+        """A shutdown, which writes what is left itself: the loop ends after the write in flight, whose
+        answer it must read. Cancelled mid-write, a write the database had committed was sent again by
+        the shutdown and found its jobs no longer ours: their job.dead lines were lost and a false
+        lease.lost logged in their place."""
+        self.stopping = True
+        self._wakeup.set()
+
     async def loop(self) -> None:
-        while True:
+        while not self.stopping:
             await self._wakeup.wait()
+            if self.stopping:
+                return
             # Let a few more outcomes share the write, unless one frees a slot of a limited job that
             # another job waits for: a limit's throughput is its slots' turnover, and the claim sent
             # with the write takes the slots it frees. Short jobs wait for a share unless their limit
