@@ -135,6 +135,7 @@ class Claimer:
         self.wakeup.set()
 
     def some_ready(self) -> None:
+        """Jobs of either class may be ready: a claim is worth a round trip (the claim keys are kept)."""
         self.more = True
         self.drained.clear()
 
