@@ -533,3 +533,55 @@ def test_the_ready_index_built_beforehand_is_kept_by_the_migration(empty_dsn):
         indexes = {r[0] for r in conn.execute("SELECT indexname FROM pg_indexes WHERE schemaname = 'jobsup'")}
         assert "jobs_ready_idx" in indexes and "jobs_ready_v8_idx" not in indexes
         assert len(lifecycle.claim(conn, ["default"], 10, "sup", 30)) == 1
+
+
+def test_a_limit_change_that_postgresql_aborts_for_a_deadlock_is_tried_again(conn, dsn):
+    """A change of a kind's limits locks its limits row, then its live jobs (limit_mark_jobs); a running
+    supervisor's write may hold a job and want the limits row. Here a transaction plays that write: it
+    holds the job, and asks for the limits row once the change waits for the job. PostgreSQL aborts the
+    change, which waited first (deadlock_timeout later), and `jobsup limit` tries again: exit 0. (It
+    once failed so, "database error: deadlock detected", on a drain of four supervisors.)"""
+    import subprocess
+    import sys
+    import threading
+
+    from .helpers import ROOT, cli_env
+
+    (job_id,) = jobsup.enqueue_many(conn, [{"kind": "contended"}])
+    limits.set_limits(conn, "contended", "test", concurrency=2)
+    assert conn.execute("SELECT limited FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone() == (True,)
+    with psycopg.connect(dsn) as writer:
+        writer.execute("SELECT 1 FROM jobsup.jobs WHERE id = %s FOR UPDATE", (job_id,))
+        change = subprocess.Popen(
+            [sys.executable, "-m", "jobsup", "limit", "contended", "--remove", "--dsn", dsn],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=cli_env(),
+            cwd=ROOT,
+        )
+        waiting = (
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND query LIKE '%%UPDATE jobsup.jobs SET limited%%'"
+        )
+        wait_for(
+            lambda: conn.execute(waiting).fetchone()[0] == 1 or change.poll() is not None,
+            20,
+            message="the change waiting for the job",
+        )
+        assert change.poll() is None, change.communicate()
+        got_row = threading.Event()
+
+        def want_the_limits_row() -> None:
+            rows = writer.execute("SELECT 1 FROM jobsup.limits WHERE kind = 'contended' FOR UPDATE").fetchall()
+            assert rows == [(1,)]
+            got_row.set()
+
+        thread = threading.Thread(target=want_the_limits_row)
+        thread.start()
+        thread.join(30)
+        assert got_row.is_set()  # the change was aborted, and let the row go
+    out, err = change.communicate(timeout=30)  # the writer's transaction ended: the change's next try
+    assert change.returncode == 0, err
+    assert conn.execute("SELECT limited FROM jobsup.jobs WHERE id = %s", (job_id,)).fetchone() == (False,)
+    assert conn.execute("SELECT count(*) FROM jobsup.limits WHERE kind = 'contended'").fetchone() == (0,)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg.rows import dict_row
@@ -28,8 +28,12 @@ from jobsup.ops.snapshot import THROTTLED_COUNTED, LimitedKind, limited_kinds
 # How long a change that makes a kind limited waits for transactions begun before it, which may be
 # inserting jobs of the kind unmarked (their trigger ran before the limit existed), to mark them too.
 OLDER_WRITERS_WAIT = 5.0
+# Tries of a limit change that PostgreSQL aborts to break a deadlock with running supervisors.
+DEADLOCK_TRIES = 5
 # Kinds are names: the same rule as a queue's, checked before anything is written.
 MAX_KIND_LENGTH = 200
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -126,6 +130,34 @@ def _change(
 ) -> Change | None:
     """One change of a kind's row under its lock: `values(row)` gives the limits in force after it and
     who set them (None: the app). None when nothing changed and there is no row to keep."""
+    change = _retrying(lambda: _write_change(conn, kind, by, values, declares))
+    if change is not None and change.after.limited != change.before.limited:
+        _retrying(lambda: _mark_late_inserts(conn, kind, change.after.limited))
+    return change
+
+
+def _retrying(attempt: Callable[[], T]) -> T:
+    """`attempt()`, again if PostgreSQL broke a deadlock by aborting it. A change moves the kind's live
+    jobs between the ready index and claim_limited's (limit_mark_jobs), row by row, while running
+    supervisors lock the same rows, and the kind's limits row, in the order of their own statements:
+    `jobsup limit --remove` once failed so on a drain of four supervisors."""
+    for tries in range(1, DEADLOCK_TRIES + 1):
+        try:
+            return attempt()
+        except psycopg.errors.DeadlockDetected:
+            if tries == DEADLOCK_TRIES:
+                raise
+            time.sleep(0.05 * tries)
+    raise AssertionError("unreachable")
+
+
+def _write_change(
+    conn: psycopg.Connection,
+    kind: str,
+    by: str,
+    values: Callable[[Mapping[str, Any] | None], tuple[Limits, str | None]],
+    declares: Limits | None,
+) -> Change | None:
     with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(SQL["limit_lock"], {"kind": kind}).fetchone()
         if row is None:
@@ -154,8 +186,6 @@ def _change(
             # No limit in force and none an app declares: a row would only list the kind with nothing
             # (and an operator's "none" would outlive the kind). Without a row the kind is as if never limited.
             cur.execute(SQL["limit_delete"], {"kind": kind})
-    if after.limited != before.limited:
-        _mark_late_inserts(conn, kind, after.limited)
     return Change(kind, before, after, declared=declares, set_by=set_by)
 
 
